@@ -1,0 +1,206 @@
+"""One typed, frozen config loaded from `params.yaml`, with profiles as overlays.
+
+`params.yaml` holds the default profile in full plus `profile: <name>`. Any other profile is a partial file
+`profiles/<name>.yaml` (beside params.yaml) deep-merged over it: mappings merge key by key, lists and scalars
+replace. Switch with `dvc exp run -S profile=smoke`, or by editing `profile:` in params.yaml.
+
+Every section rejects unknown keys and wrong types, and names the offending param by its full dotted path
+(`data.questions.2.benchmrk: unknown param`). Invariants say what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from centralrl.errors import ConfigError
+
+DEFAULT_PROFILE = "default"
+
+
+class Section(BaseModel):
+    """Base of every config section: frozen, strict types, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SyntheticConfig(Section):
+    """The project's invented multi-hop world (offline default): sizes and its own seed."""
+
+    seed: int = Field(13, description="seed of the world: same seed, same entities, passages and questions")
+    n_people: int = Field(160, ge=8, description="people (directors, founders, spouses, alumni)")
+    n_cities: int = Field(40, ge=4)
+    n_countries: int = Field(12, ge=2)
+    n_universities: int = Field(16, ge=2)
+    n_companies: int = Field(30, ge=2)
+    n_films: int = Field(50, ge=2)
+    lookalike_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of entities given a look-alike-named twin")
+    distractor_sentences: int = Field(2, ge=0, description="sentences per passage about other, unrelated entities")
+    question_types: list[Literal["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"]] = Field(
+        default_factory=lambda: ["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"],
+        description="each type is its own benchmark, named synth-<type>",
+    )
+    train_per_type: int = Field(120, ge=0, description="training questions per question type")
+    test_per_type: int = Field(20, ge=1, description="evaluation questions per question type")
+
+
+QUESTION_KINDS = (
+    "synthetic", "flashrag_jsonl", "searchr1_parquet", "hotpotqa", "2wikimultihopqa", "musique", "popqa",
+    "nq_open", "qa_jsonl", "hf_dataset",
+)
+CORPUS_KINDS = ("flashrag_passages", "kilt_pages", "title_sentences", "title_text_list")
+
+
+class QuestionSource(Section):
+    """Where questions come from; paths are relative to `data.root` unless absolute.
+
+    kinds: synthetic (the invented world; writes train and test itself), flashrag_jsonl (id, question,
+    golden_answers, metadata), searchr1_parquet, hotpotqa / 2wikimultihopqa / musique / popqa (official
+    formats, their context paragraphs join the corpus), nq_open (question, answer list), qa_jsonl (question
+    plus answer/answers/golden_answers, optionally filtered by a `source` column: Bamboogle, R1-Searcher and
+    DeepResearcher files), hf_dataset (a Hugging Face dataset id through `datasets`).
+    """
+
+    kind: Literal[QUESTION_KINDS]  # type: ignore[valid-type]
+    path: str | None = None
+    benchmark: str | None = Field(None, description="benchmark name written into each row")
+    split: Literal["train", "dev", "test"] | None = None
+    limit: int | None = Field(None, ge=1, description="keep the first N questions of the file (file order)")
+    source_filter: str | None = Field(None, description="qa_jsonl: keep rows whose `source` equals this")
+    dataset_id: str | None = Field(None, description="hf_dataset: e.g. RUC-NLPIR/FlashRAG_datasets")
+    dataset_config: str | None = Field(None, description="hf_dataset: config name, e.g. nq")
+    dataset_split: str | None = Field(None, description="hf_dataset: split inside the dataset, e.g. test")
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> QuestionSource:
+        if self.kind == "synthetic":
+            return self
+        needed = ["benchmark", "split"] + (["dataset_id", "dataset_split"] if self.kind == "hf_dataset" else ["path"])
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} source needs {', '.join(missing)}")
+        return self
+
+
+class CorpusSource(Section):
+    """Extra passage files for the corpus: flashrag_passages (id, contents), kilt_pages (wikipedia_title,
+    text paragraphs), title_sentences ({title: [sentences]}), title_text_list ([{title, text}])."""
+
+    kind: Literal[CORPUS_KINDS]  # type: ignore[valid-type]
+    path: str
+    limit: int | None = Field(None, ge=1, description="keep the first N passages of the file")
+
+
+class DataConfig(Section):
+    root: str = Field(".", description="folder that relative source paths start from")
+    questions: list[QuestionSource] = Field(
+        default_factory=lambda: [QuestionSource(kind="synthetic")], min_length=1, description="question sources"
+    )
+    corpus: list[CorpusSource] = Field(default_factory=list, description="extra passage files for the corpus")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+
+class ElasticsearchConfig(Section):
+    """The scale-out backend. Credentials come from the environment (ELASTIC_API_KEY, or ELASTIC_USERNAME and
+    ELASTIC_PASSWORD; ELASTIC_CA_CERTS for a private CA), never from params."""
+
+    url: str = "http://localhost:9200"
+    index: str = "centralrl-corpus"
+    request_timeout: float = Field(30.0, gt=0)
+    max_retries: int = Field(4, ge=0, description="retries on connection errors only, with doubling backoff")
+    backoff_seconds: float = Field(0.5, ge=0)
+    bulk_chunk_size: int = Field(500, ge=1)
+    verify_certs: bool = True
+
+
+class RetrievalConfig(Section):
+    backend: Literal["bm25s", "elasticsearch"] = "bm25s"
+    k1: float = Field(1.2, gt=0, description="BM25 term-frequency saturation (Lucene default 1.2)")
+    b: float = Field(0.75, ge=0, le=1, description="BM25 length normalization (Lucene default 0.75)")
+    stemming: bool = Field(True, description="English stemming (PyStemmer for bm25s, the english analyzer for ES)")
+    top_k: int = Field(3, ge=1, description="passages the harness shows the retrieval sub-agent")
+    recall_ks: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 3, 5, 10], min_length=1, description="k values of recall@k"
+    )
+    query_batch_size: int = Field(256, ge=1)
+    elasticsearch: ElasticsearchConfig = Field(default_factory=ElasticsearchConfig)
+
+
+class Config(Section):
+    profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
+    seed: int = Field(0, description="root seed of the experiment; every random draw derives from it")
+    data: DataConfig = Field(default_factory=DataConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Merge `overlay` into `base`: mappings merge recursively; anything else in overlay replaces.
+
+    >>> deep_merge({"a": {"x": 1, "y": 2}, "l": [1]}, {"a": {"y": 3}, "l": [2]})
+    {'a': {'x': 1, 'y': 3}, 'l': [2]}
+    """
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of params at the top level")
+    return loaded
+
+
+def _format(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        dotted = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
+        if item["type"] == "extra_forbidden":
+            message = "unknown param (not in the config schema; check its spelling and section)"
+        else:
+            message = f"{item['msg'].removeprefix('Value error, ')} (got {item['input']!r})"
+        lines.append(f"  {dotted or '<top level>'}: {message}")
+    return f"invalid params in {source}:\n" + "\n".join(lines)
+
+
+def profile_path(params_path: str | Path, profile: str) -> Path:
+    """Where the overlay of `profile` lives: profiles/<profile>.yaml beside the params file."""
+    return Path(params_path).parent / "profiles" / f"{profile}.yaml"
+
+
+def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
+    """params.yaml, deep-merged with `overrides` (used by tests and `-S`-like CLIs), then with its profile."""
+    params_path = Path(params_path)
+    if not params_path.is_file():
+        raise ConfigError(f"{params_path}: params file not found")
+    raw = deep_merge(_read_yaml(params_path), overrides or {})
+    profile = raw.get("profile", DEFAULT_PROFILE)
+    overlay_file = profile_path(params_path, str(profile))
+    if not overlay_file.is_file():
+        known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml"))
+        raise ConfigError(f"profile: no profile {profile!r} ({overlay_file} not found); known: {', '.join(known) or 'none'}")
+    overlay = _read_yaml(overlay_file)
+    if "profile" in overlay:
+        raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
+    return deep_merge(deep_merge(raw, overlay), overrides or {})
+
+
+def load_config(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> Config:
+    """Load, overlay and validate; raise ConfigError listing every bad param by dotted path."""
+    resolved = resolve_params(params_path, overrides)
+    try:
+        return Config.model_validate(resolved)
+    except ValidationError as error:
+        raise ConfigError(_format(error, f"{params_path} (profile {resolved.get('profile', DEFAULT_PROFILE)})")) from None

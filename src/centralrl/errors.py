@@ -1,0 +1,17 @@
+"""The project's error types: each names what is wrong and where, so a user can fix it without a debugger."""
+
+
+class CentralRLError(Exception):
+    """Base class for every error this project raises on purpose."""
+
+
+class ConfigError(CentralRLError):
+    """A param is unknown, mistyped or breaks an invariant; the message names its dotted path."""
+
+
+class DataError(CentralRLError):
+    """An input file or row is malformed; the message names the file and line or the row id and field."""
+
+
+class RetrievalError(CentralRLError):
+    """A retriever cannot answer: missing index, unreachable server (the message names the URL)."""

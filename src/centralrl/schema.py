@@ -1,0 +1,128 @@
+"""The one normalized schema every data source is converted to: `Question` rows and `Passage` rows.
+
+A question row (one JSON line in `train.jsonl` / `test.jsonl`):
+    id, question, golden_answers [str, ...], benchmark, split (train | dev | test),
+    supporting_passage_ids [passage id, ...] (empty when the source has no evidence),
+    decomposition [{question, answer, passage_ids}, ...] (empty when unknown).
+A passage row (one JSON line in `corpus.jsonl`): id, title, text.
+
+Passage ids of real data are content hashes (`passage_id`), so the same paragraph reached from two sources
+(a HotpotQA context and a HippoRAG corpus file, say) is one passage, and supporting ids stay valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from centralrl.errors import DataError
+
+SPLITS = ("train", "dev", "test")
+
+
+def passage_id(title: str, text: str) -> str:
+    """Stable id of a passage from its content.
+
+    >>> passage_id("Paris", "Paris is the capital of France.")
+    'p-11651935d56413fd'
+    """
+    digest = hashlib.sha1(f"{title.strip()}\n{text.strip()}".encode("utf-8")).hexdigest()
+    return f"p-{digest[:16]}"
+
+
+def _require(row: dict, key: str, kind: type, where: str) -> Any:
+    """Return row[key] if present and of `kind`, else raise DataError naming the field and the row."""
+    if key not in row:
+        raise DataError(f"{where}: missing field '{key}'")
+    value = row[key]
+    if not isinstance(value, kind):
+        raise DataError(f"{where}: field '{key}' should be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _strings(value: list, key: str, where: str) -> tuple[str, ...]:
+    if not all(isinstance(item, str) for item in value):
+        raise DataError(f"{where}: field '{key}' should be a list of strings")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Passage:
+    id: str
+    title: str
+    text: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "title": self.title, "text": self.text}
+
+    @classmethod
+    def from_json(cls, row: dict, where: str) -> Passage:
+        pid = _require(row, "id", str, where)
+        where = f"{where} (passage {pid})"
+        return cls(pid, _require(row, "title", str, where), _require(row, "text", str, where))
+
+
+@dataclass(frozen=True)
+class SubQuestion:
+    """One hop of a decomposition: the sub-question, its answer, and the passages that hold it."""
+
+    question: str
+    answer: str
+    passage_ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"question": self.question, "answer": self.answer, "passage_ids": list(self.passage_ids)}
+
+    @classmethod
+    def from_json(cls, row: dict, where: str) -> SubQuestion:
+        ids = _strings(row.get("passage_ids", []), "passage_ids", where)
+        return cls(_require(row, "question", str, where), _require(row, "answer", str, where), ids)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    benchmark: str
+    split: str
+    supporting_passage_ids: tuple[str, ...] = ()
+    decomposition: tuple[SubQuestion, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        where = f"question {self.id!r} ({self.benchmark})"
+        if not self.question.strip():
+            raise DataError(f"{where}: empty question text")
+        if not self.golden_answers or not all(answer.strip() for answer in self.golden_answers):
+            raise DataError(f"{where}: golden_answers must be a non-empty list of non-empty strings")
+        if self.split not in SPLITS:
+            raise DataError(f"{where}: split {self.split!r} is not one of {', '.join(SPLITS)}")
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "benchmark": self.benchmark,
+            "split": self.split,
+            "supporting_passage_ids": list(self.supporting_passage_ids),
+            "decomposition": [step.to_json() for step in self.decomposition],
+        }
+
+    @classmethod
+    def from_json(cls, row: dict, where: str) -> Question:
+        qid = _require(row, "id", str, where)
+        where = f"{where} (question {qid})"
+        steps = row.get("decomposition", [])
+        if not isinstance(steps, list):
+            raise DataError(f"{where}: field 'decomposition' should be a list")
+        return cls(
+            id=qid,
+            question=_require(row, "question", str, where),
+            golden_answers=_strings(_require(row, "golden_answers", list, where), "golden_answers", where),
+            benchmark=_require(row, "benchmark", str, where),
+            split=_require(row, "split", str, where),
+            supporting_passage_ids=_strings(row.get("supporting_passage_ids", []), "supporting_passage_ids", where),
+            decomposition=tuple(SubQuestion.from_json(step, f"{where} decomposition[{i}]") for i, step in enumerate(steps)),
+        )
