@@ -15,3 +15,7 @@ class DataError(CentralRLError):
 
 class RetrievalError(CentralRLError):
     """A retriever cannot answer: missing index, unreachable server (the message names the URL)."""
+
+
+class ServiceUnavailable(RetrievalError):
+    """A server (Elasticsearch, ...) did not answer after every retry; trying again later may succeed."""

@@ -1,7 +1,7 @@
 """The one normalized schema every data source is converted to: `Question` rows and `Passage` rows.
 
 A question row (one JSON line in `train.jsonl` / `test.jsonl`):
-    id, question, golden_answers [str, ...], benchmark, split (train | dev | test),
+    id, question, golden_answers [str, ...], benchmark, split (train | test),
     supporting_passage_ids [passage id, ...] (empty when the source has no evidence),
     decomposition [{question, answer, passage_ids}, ...] (empty when unknown).
 A passage row (one JSON line in `corpus.jsonl`): id, title, text.
@@ -18,7 +18,7 @@ from typing import Any
 
 from centralrl.errors import DataError
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "test")  # test = what evaluation reads (HotpotQA/2Wiki/MuSiQue dev files go here)
 
 
 def passage_id(title: str, text: str) -> str:

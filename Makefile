@@ -1,0 +1,33 @@
+# Set-up and entry points. `make experiment` and `make test` do everything on a fresh machine.
+# TORCH_SPEC picks the torch build installed before the rest (the CPU 2.13.0 build by default; on a GPU
+# machine, e.g. TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128').
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.centralrl-installed
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_LOGGING_LEVEL ?= WARNING
+
+.PHONY: setup experiment test benchmarks clean-venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+experiment: setup  ## the default experiment, offline: every DVC stage that exists
+	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
+
+test: setup  ## the test suite (tiny real runs; about a few minutes on 2 cores)
+	$(BIN)/python -m pytest
+
+benchmarks: setup
+	$(BIN)/python benchmarks/retrieval.py --out benchmarks/results/retrieval.json
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Prefect flows: they compose library calls into visible, retryable tasks; the library decides."""

@@ -1,0 +1,120 @@
+"""Assemble every configured source into one dataset: questions by split, one deduplicated corpus.
+
+Checks that make a dataset trustworthy, each refusing with a message that names the offenders:
+question ids are unique; no evaluation question is also a training question (same id or the same
+normalized text); every supporting passage id is in the corpus; one passage id never carries two texts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from centralrl.config import DataConfig, QuestionSource
+from centralrl.errors import ConfigError, DataError
+from centralrl.metrics import normalize_answer
+from centralrl.schema import SPLITS, Passage, Question
+
+
+@dataclass(frozen=True)
+class Dataset:
+    questions: list[Question]
+    passages: list[Passage]
+
+    def split(self, name: str) -> list[Question]:
+        return [q for q in self.questions if q.split == name]
+
+
+def _examples(items: Iterable[str], limit: int = 5) -> str:
+    items = sorted(items)
+    shown = ", ".join(repr(item) for item in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def merge_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
+    """Concatenate passage lists, keeping the first of identical duplicates; a reused id with other text fails."""
+    merged: dict[str, Passage] = {}
+    for passage in (p for group in groups for p in group):
+        seen = merged.setdefault(passage.id, passage)
+        if seen != passage:
+            raise DataError(f"passage id {passage.id!r} names two different passages ({seen.title!r} and {passage.title!r})")
+    return list(merged.values())
+
+
+def check_unique_ids(questions: list[Question]) -> None:
+    repeated = [qid for qid, n in Counter(q.id for q in questions).items() if n > 1]
+    if repeated:
+        raise DataError(f"question ids occur more than once: {_examples(repeated)}")
+
+
+def check_no_overlap(questions: list[Question]) -> None:
+    """Refuse a dataset where an evaluation question is also a training question, by id or by normalized text."""
+    train = [q for q in questions if q.split == "train"]
+    train_ids = {q.id for q in train}
+    train_texts = {normalize_answer(q.question): q.id for q in train}
+    clashes = []
+    for q in (q for q in questions if q.split != "train"):
+        other = q.id if q.id in train_ids else train_texts.get(normalize_answer(q.question))
+        if other is not None:
+            clashes.append(f"{q.id} = train {other}")
+    if clashes:
+        raise DataError(
+            f"{len(clashes)} evaluation question(s) also appear in training: {_examples(clashes)}; "
+            "remove them from one split (never train on a dev or test file)"
+        )
+
+
+def check_supporting_ids(questions: list[Question], passages: list[Passage]) -> None:
+    known = {p.id for p in passages}
+    missing = {f"{q.id} -> {pid}" for q in questions for pid in q.supporting_passage_ids if pid not in known}
+    if missing:
+        raise DataError(f"supporting passages missing from the corpus: {_examples(missing)}")
+
+
+def _load_source(source: QuestionSource, data: DataConfig, root: Path) -> tuple[list[Question], list[Passage]]:
+    if source.kind == "synthetic":
+        from centralrl.data import synthetic
+
+        return synthetic.generate(data.synthetic)
+    from centralrl.data import formats
+
+    return formats.load_questions(source, root)
+
+
+def collect(data: DataConfig) -> Dataset:
+    """Load every question and corpus source named in `data`, merge, and check the result."""
+    root = Path(data.root)
+    if not root.is_dir():
+        raise ConfigError(f"data.root: folder {root} does not exist (source paths are relative to it)")
+    from centralrl.data import formats
+
+    questions: list[Question] = []
+    passage_groups: list[list[Passage]] = []
+    for source in data.questions:
+        loaded, carried = _load_source(source, data, root)
+        questions.extend(loaded)
+        passage_groups.append(carried)
+    passage_groups.extend(formats.load_corpus(source, root) for source in data.corpus)
+    passages = merge_passages(passage_groups)
+    check_unique_ids(questions)
+    check_no_overlap(questions)
+    check_supporting_ids(questions, passages)
+    if not any(q.split == "test" for q in questions):
+        raise DataError("no evaluation questions: at least one source must have split 'test'")
+    return Dataset(questions, passages)
+
+
+def counts(dataset: Dataset) -> dict:
+    """DVC metrics: questions per split and benchmark (with how many carry evidence), and the corpus size."""
+    table: dict = {split: defaultdict(lambda: {"questions": 0, "with_supporting_passages": 0, "with_decomposition": 0}) for split in SPLITS}
+    for q in dataset.questions:
+        row = table[q.split][q.benchmark]
+        row["questions"] += 1
+        row["with_supporting_passages"] += bool(q.supporting_passage_ids)
+        row["with_decomposition"] += bool(q.decomposition)
+    return {
+        "corpus_passages": len(dataset.passages),
+        **{split: dict(sorted(rows.items())) for split, rows in table.items()},
+    }

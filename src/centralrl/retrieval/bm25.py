@@ -1,0 +1,91 @@
+"""The embedded BM25 backend: a `bm25s` index saved to and loaded from a directory.
+
+Scoring is Lucene's BM25 (`method="lucene"`) with the same k1 and b as the Elasticsearch backend; text is
+lowercased, split on words, English stop words removed and (by default) Snowball-stemmed, the closest match
+to Elasticsearch's `english` analyzer. Hits with score 0 (no query term in the passage) are dropped, as
+Elasticsearch returns only matching documents. The directory holds bm25s's arrays plus `passages.jsonl`,
+so the index answers with titles and texts on its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import bm25s
+import numpy as np
+
+from centralrl.errors import RetrievalError
+from centralrl.io import read_json, read_jsonl, write_json, write_jsonl
+from centralrl.retrieval.base import Hit
+from centralrl.schema import Passage
+
+PASSAGES_FILE = "passages.jsonl"
+SETTINGS_FILE = "centralrl_index.json"
+
+
+def resolve_backend(requested: str) -> str:
+    """'auto' means numba when it is installed, numpy otherwise."""
+    if requested != "auto":
+        return requested
+    return "numba" if importlib.util.find_spec("numba") else "numpy"
+
+
+def tokenize(texts: Sequence[str], stemming: bool) -> list[list[str]]:
+    """Word tokens without English stop words, Snowball-stemmed when `stemming`."""
+    stemmer = None
+    if stemming:
+        import Stemmer  # PyStemmer
+
+        stemmer = Stemmer.Stemmer("english")
+    return bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+
+
+class Bm25sIndex:
+    """A BM25 index over passages; `search` takes a batch of queries and returns top-k hits per query."""
+
+    def __init__(self, model: bm25s.BM25, passages: list[Passage], stemming: bool) -> None:
+        self.model = model
+        self.passages = passages
+        self.stemming = stemming
+
+    @classmethod
+    def build(cls, passages: Sequence[Passage], k1: float, b: float, stemming: bool, backend: str = "auto") -> Bm25sIndex:
+        if not passages:
+            raise RetrievalError("cannot build a BM25 index over an empty corpus")
+        model = bm25s.BM25(k1=k1, b=b, method="lucene", backend=resolve_backend(backend))
+        model.index(tokenize([f"{p.title}\n{p.text}" for p in passages], stemming), show_progress=False)
+        return cls(model, list(passages), stemming)
+
+    def save(self, directory: str | Path) -> None:
+        """Write the index into `directory` (which must be empty or absent; use io.atomic_directory)."""
+        directory = Path(directory)
+        self.model.save(directory, show_progress=False)
+        write_jsonl(directory / PASSAGES_FILE, (p.to_json() for p in self.passages))
+        write_json(directory / SETTINGS_FILE, {"stemming": self.stemming, "passages": len(self.passages)})
+
+    @classmethod
+    def load(cls, directory: str | Path, backend: str = "auto") -> Bm25sIndex:
+        directory = Path(directory)
+        if not (directory / SETTINGS_FILE).is_file():
+            raise RetrievalError(f"{directory}: no bm25s index here (run `dvc repro build_index` first)")
+        settings = read_json(directory / SETTINGS_FILE)
+        model = bm25s.BM25.load(directory, backend=resolve_backend(backend), show_progress=False)
+        passages = [Passage.from_json(row, where) for where, row in read_jsonl(directory / PASSAGES_FILE)]
+        return cls(model, passages, bool(settings["stemming"]))
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        if not queries:
+            return []
+        k = min(k, len(self.passages))
+        documents, scores = self.model.retrieve(tokenize(queries, self.stemming), k=k, show_progress=False, n_threads=1)
+        return [self._hits(row_docs, row_scores) for row_docs, row_scores in zip(documents, scores)]
+
+    def _hits(self, documents: np.ndarray, scores: np.ndarray) -> list[Hit]:
+        hits = []
+        for doc, score in zip(documents.tolist(), scores.tolist()):
+            if score > 0:
+                passage = self.passages[doc]
+                hits.append(Hit(passage.id, passage.title, passage.text, float(score)))
+        return hits

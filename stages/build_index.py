@@ -1,0 +1,23 @@
+"""Stage `build_index`: run the Prefect indexing flow (load corpus, build, save, report recall@k)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
+    parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
+    parser.add_argument("--index", required=True, help="output: index directory")
+    parser.add_argument("--metrics", required=True, help="output: recall@k per split and benchmark (JSON)")
+    args = parser.parse_args(argv)
+
+    from flows.indexing import indexing_flow
+
+    indexing_flow(args.params, args.corpus, args.questions, args.index, args.metrics)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Shared fixtures: a private Prefect home, the smoke params written to a temp folder, the realqa samples."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+REALQA = REPO.parent / "shared" / "data" / "realqa"
+
+# Prefect reads these at import: keep its database out of the user's home and skip the analytics ping.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="centralrl-prefect-"))
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One temporary Prefect server for every test that runs a flow (it takes seconds to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def realqa_dir() -> Path:
+    if not REALQA.is_dir():
+        pytest.skip(f"{REALQA} not found: the real-data samples live in ../shared beside the repo (CI has them)")
+    return REALQA
+
+
+def write_params(folder: Path, overrides: dict | None = None, profile: str = "smoke") -> Path:
+    """Copy params.yaml and profiles/ into `folder`, select `profile`, merge `overrides`; return the params path."""
+    from centralrl.config import deep_merge
+
+    shutil.copytree(REPO / "profiles", folder / "profiles", dirs_exist_ok=True)
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw = deep_merge(raw, {"profile": profile, **(overrides or {})})
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def smoke_params(tmp_path) -> Path:
+    return write_params(tmp_path)

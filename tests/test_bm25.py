@@ -1,0 +1,96 @@
+"""The bm25s backend on a handful of passages: ranking, k, empty queries, save/load, numba = numpy."""
+
+import pytest
+
+from centralrl.config import RetrievalConfig
+from centralrl.errors import RetrievalError
+from centralrl.io import atomic_directory
+from centralrl.retrieval import build_index, open_retriever, save_index
+from centralrl.retrieval.bm25 import Bm25sIndex
+from centralrl.retrieval.recall import recall_table
+from centralrl.schema import Passage, Question, SubQuestion
+
+PASSAGES = [
+    Passage("p1", "Telmarra", "Telmarra is a city in Oshvania, on the river Dun."),
+    Passage("p2", "Varnel Okosi", "Varnel Okosi is a film director born in Telmarra."),
+    Passage("p3", "The Ember Gate", "The Ember Gate is a film directed by Varnel Okosi."),
+    Passage("p4", "Oshvania", "Oshvania is a country whose capital is Brelm."),
+]
+
+
+@pytest.fixture(scope="module")
+def index():
+    return Bm25sIndex.build(PASSAGES, k1=1.2, b=0.75, stemming=True, backend="numpy")
+
+
+def test_ranks_the_distinctive_passage_first_and_keeps_query_order(index):
+    results = index.search(["who directed The Ember Gate", "capital of Oshvania"], k=2)
+    assert [hits[0].id for hits in results] == ["p3", "p4"]
+    assert all(len(hits) <= 2 for hits in results)
+    assert results[0][0].score >= results[0][-1].score
+
+
+def test_stemming_matches_inflections(index):
+    assert index.search(["directors"], k=1)[0][0].id in {"p2", "p3"}
+
+
+def test_queries_without_known_terms_return_nothing(index):
+    assert index.search(["zebra", "the of a", ""], k=3) == [[], [], []]
+
+
+def test_k_larger_than_corpus(index):
+    assert len(index.search(["Telmarra Oshvania Okosi Ember"], k=50)[0]) == 4
+
+
+def test_numba_and_numpy_backends_agree():
+    queries = ["film director Telmarra", "Oshvania river", "Ember Gate"]
+    numpy_hits = Bm25sIndex.build(PASSAGES, 1.2, 0.75, True, "numpy").search(queries, 3)
+    numba_hits = Bm25sIndex.build(PASSAGES, 1.2, 0.75, True, "numba").search(queries, 3)
+    assert [[h.id for h in hits] for hits in numba_hits] == [[h.id for h in hits] for hits in numpy_hits]
+    for a, b in zip(numba_hits, numpy_hits):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-5)
+
+
+def test_save_and_open_gives_the_same_results(tmp_path):
+    cfg = RetrievalConfig()
+    index = build_index(PASSAGES, cfg)
+    with atomic_directory(tmp_path / "index") as tmp:
+        save_index(index, cfg, len(PASSAGES), tmp)
+    reopened = open_retriever(cfg, tmp_path / "index")
+    queries = ["Varnel Okosi", "river Dun"]
+    assert reopened.search(queries, 2) == index.search(queries, 2)
+
+
+def test_open_refuses_an_index_built_with_other_settings(tmp_path):
+    cfg = RetrievalConfig()
+    save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path)
+    with pytest.raises(RetrievalError, match=r"built with \{'k1': 1.2\}"):
+        open_retriever(RetrievalConfig(k1=0.9), tmp_path)
+
+
+def test_open_without_index_says_how_to_build_it(tmp_path):
+    with pytest.raises(RetrievalError, match="dvc repro build_index"):
+        open_retriever(RetrievalConfig(), tmp_path)
+
+
+def test_empty_corpus_is_refused():
+    with pytest.raises(RetrievalError, match="empty corpus"):
+        Bm25sIndex.build([], 1.2, 0.75, True)
+
+
+def test_recall_table_hand_computed(index):
+    questions = [
+        # both gold passages share terms with the question: top-1 holds one of two -> recall@1 = 0.5
+        Question("q1", "Where was the director of The Ember Gate born?", ("Telmarra",), "b1", "test", ("p3", "p2"),
+                 (SubQuestion("Who directed The Ember Gate?", "Varnel Okosi", ("p3",)),
+                  SubQuestion("Where was Varnel Okosi born?", "Telmarra", ("p2",)))),
+        # gold p1 only: 'capital' is only in p4, so recall@1 = 0; 'Oshvania' reaches p1 within the top 3
+        Question("q2", "What is the capital of Oshvania?", ("Brelm",), "b1", "test", ("p1",)),
+        Question("q3", "No evidence here?", ("x",), "b2", "test"),
+    ]
+    table = recall_table(questions, index, ks=[1, 3])
+    assert table["b1"]["questions"] == 2 and table["b1"]["with_passages"] == 2
+    assert table["b1"]["recall@1"] == pytest.approx((0.5 + 0.0) / 2)
+    assert table["b1"]["recall@3"] == pytest.approx((1.0 + 1.0) / 2)
+    assert table["b1"]["subquestion_recall@1"] == 1.0
+    assert table["b2"] == {"questions": 1, "with_passages": 0}

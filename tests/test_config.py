@@ -1,0 +1,78 @@
+"""The typed config: defaults load, every profile validates, bad params are named by dotted path."""
+
+import pytest
+import yaml
+
+from centralrl.config import Config, deep_merge, load_config
+from centralrl.errors import ConfigError
+
+from conftest import REPO, write_params
+
+
+def test_params_yaml_is_the_schema_default():
+    """params.yaml spells out the defaults: a new field must appear in both or neither."""
+    assert load_config(REPO / "params.yaml") == Config()
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_every_profile_validates(profile, tmp_path):
+    cfg = load_config(write_params(tmp_path, profile=profile))
+    assert cfg.profile == profile
+
+
+def test_profile_overlays_params(tmp_path):
+    cfg = load_config(write_params(tmp_path, {"data": {"synthetic": {"seed": 99}}}, profile="smoke"))
+    assert cfg.data.synthetic.seed == 99  # from the override
+    assert cfg.data.synthetic.n_people == 24  # from profiles/smoke.yaml
+    assert cfg.data.synthetic.distractor_sentences == 2  # from params.yaml
+
+
+def test_unknown_key_is_named_by_dotted_path(tmp_path):
+    params = write_params(tmp_path, {"retrieval": {"elasticsearch": {"urll": "http://x"}}})
+    with pytest.raises(ConfigError, match=r"retrieval\.elasticsearch\.urll: unknown param"):
+        load_config(params)
+
+
+def test_unknown_key_inside_a_list_item(tmp_path):
+    params = write_params(tmp_path, {"data": {"questions": [{"kind": "synthetic", "benchmrk": "x"}]}})
+    with pytest.raises(ConfigError, match=r"data\.questions\.0\.benchmrk: unknown param"):
+        load_config(params)
+
+
+def test_mistyped_value_names_path_and_value(tmp_path):
+    params = write_params(tmp_path, {"data": {"synthetic": {"distractor_sentences": "many"}}})
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.distractor_sentences: .*integer.*'many'"):
+        load_config(params)
+
+
+def test_invariants_explain_what_is_allowed(tmp_path):
+    params = write_params(tmp_path, {"retrieval": {"b": 1.5}, "data": {"questions": [{"kind": "popqa", "path": "x"}]}})
+    with pytest.raises(ConfigError) as error:
+        load_config(params)
+    message = str(error.value)
+    assert "retrieval.b: Input should be less than or equal to 1" in message
+    assert "data.questions.0: a popqa source needs benchmark, split" in message
+
+
+def test_unknown_profile_lists_the_known_ones(tmp_path):
+    params = write_params(tmp_path, profile="nosuch")
+    with pytest.raises(ConfigError, match=r"no profile 'nosuch'.*known: default, realqa, smoke"):
+        load_config(params)
+
+
+def test_profile_file_may_not_switch_profile(tmp_path):
+    params = write_params(tmp_path)
+    (tmp_path / "profiles" / "smoke.yaml").write_text(yaml.safe_dump({"profile": "default"}))
+    with pytest.raises(ConfigError, match="must not set 'profile'"):
+        load_config(params)
+
+
+def test_config_is_frozen():
+    cfg = Config()
+    with pytest.raises(Exception, match="frozen"):
+        cfg.seed = 3
+
+
+def test_deep_merge_replaces_lists_and_merges_mappings():
+    merged = deep_merge({"a": {"b": 1, "c": [1, 2]}}, {"a": {"c": [3]}})
+    assert merged == {"a": {"b": 1, "c": [3]}}
