@@ -1,0 +1,584 @@
+"""Loaders of the official benchmark and corpus formats: real samples from ../shared/data/realqa, tiny files."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from centralrl.config import CorpusSource, QuestionSource
+from centralrl.data.formats import load_corpus, load_questions
+from centralrl.errors import DataError
+from centralrl.schema import passage_id
+
+REALQA = Path(__file__).parents[1].parent / "shared/data/realqa"
+
+
+@pytest.fixture(scope="module")
+def realqa() -> Path:
+    if not REALQA.is_dir():
+        pytest.skip(f"../shared/data/realqa not found: the real benchmark samples live beside the repo at {REALQA}")
+    return REALQA
+
+
+def source(kind: str, path: str | Path | None = None, **fields) -> QuestionSource:
+    fields = {"benchmark": "bench", "split": "test", **fields}
+    return QuestionSource(kind=kind, path=None if path is None else str(path), **fields)
+
+
+def corpus(kind: str, path: str | Path, root: Path, **fields) -> list:
+    return load_corpus(CorpusSource(kind=kind, path=str(path), **fields), root)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_json(path: Path, obj) -> Path:
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
+
+
+# --- real files ---------------------------------------------------------------------------------------------
+
+REAL_QUESTIONS = [  # kind, file, source_filter, questions, passages carried by the file
+    ("hotpotqa", "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json", None, 100, 1000),
+    ("hotpotqa", "hotpotqa/hotpotqa_train_100_hipporag.json", None, 100, 994),
+    ("2wikimultihopqa", "2wikimultihopqa/2wikimultihopqa_dev_first40_with_context.jsonl", None, 40, 354),
+    ("musique", "musique/musique_ans_dev_100_kag.json", None, 100, 1839),
+    ("musique", "musique/musique_ans_train_100_hipporag.json", None, 100, 1890),
+    ("popqa", "popqa/popqa_1000_with_paragraphs_hipporag2.json", None, 1000, 1475),
+    ("qa_jsonl", "bamboogle/bamboogle_125_r1searcher.jsonl", None, 125, 0),
+    ("nq_open", "nq/NQ-open.dev.jsonl", None, 3610, 0),
+    ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", None, 3197, 0),
+    ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", "tq", 512, 0),
+    ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", "bamboogle", 125, 0),  # the file writes "Bamboogle"
+    ("qa_jsonl", "mixed_qa_only/deepresearcher_dev.jsonl", None, 875, 0),
+    ("qa_jsonl", "mixed_qa_only/r1searcher_hotpotqa_500.jsonl", None, 500, 0),
+    ("qa_jsonl", "mixed_qa_only/r1searcher_2wiki_500.jsonl", None, 500, 0),
+    ("qa_jsonl", "mixed_qa_only/r1searcher_musique_500.jsonl", None, 500, 0),
+    ("qa_jsonl", "training_qa_only/r1searcher_train_stage_2.jsonl", None, 8148, 0),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "source_filter", "n_questions", "n_passages"), REAL_QUESTIONS)
+def test_real_question_files_load_whole(realqa, kind, path, source_filter, n_questions, n_passages):
+    questions, passages = load_questions(source(kind, path, source_filter=source_filter), realqa)
+    assert (len(questions), len(passages)) == (n_questions, n_passages)
+    assert len({q.id for q in questions}) == n_questions
+    assert all(q.id.startswith("bench/") and q.golden_answers for q in questions)
+    known = {p.id for p in passages}
+    assert all(pid in known for q in questions for pid in q.supporting_passage_ids)
+    if n_passages:  # benchmarks that carry their evidence give every question its supporting paragraphs
+        assert all(q.supporting_passage_ids for q in questions)
+
+
+@pytest.mark.parametrize(("path", "n_supporting"), [
+    ("hotpotqa/hotpotqa_dev_distractor_100_reflexion.json", 200), ("hotpotqa/hotpotqa_train_100_hipporag.json", 200),
+])
+def test_real_hotpotqa_supporting_paragraphs_are_the_titled_context(realqa, path, n_supporting):
+    questions, passages = load_questions(source("hotpotqa", path), realqa)
+    raw = json.loads((realqa / path).read_text(encoding="utf-8"))
+    by_id = {p.id: p for p in passages}
+    assert sum(len(q.supporting_passage_ids) for q in questions) == n_supporting
+    for question, row in zip(questions, raw):
+        assert question.id == f"bench/{row['_id']}"
+        titles = {by_id[pid].title for pid in question.supporting_passage_ids}
+        assert titles == {title for title, _ in row["supporting_facts"]}
+
+
+def test_real_hotpotqa_train_supporting_passages_are_in_hipporag_corpus(realqa):
+    train = source("hotpotqa", "hotpotqa/hotpotqa_train_100_hipporag.json", split="train")
+    questions, carried = load_questions(train, realqa)
+    corpus_ids = {p.id for p in corpus("title_sentences", "hotpotqa/hotpotqa_train_100_corpus_hipporag.json", realqa)}
+    supporting = [pid for q in questions for pid in q.supporting_passage_ids]
+    assert len(supporting) == 200
+    assert all(pid in corpus_ids for pid in supporting)
+    assert {p.id for p in carried} == corpus_ids  # same 994 paragraphs, same text, same ids
+
+
+def test_real_hotpotqa_paragraph_text_is_the_concatenated_sentences(realqa):
+    questions, passages = load_questions(source("hotpotqa", "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json"), realqa)
+    raw = json.loads((realqa / "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json").read_text(encoding="utf-8"))
+    title, sentences = raw[0]["context"][1]
+    assert title == "VIVA Poland"
+    expected = "".join(sentences).strip()
+    assert expected.startswith('VIVA Polska (earlier "VIVApolska!") is a Polish')
+    assert any(p.title == title and p.text == expected and p.id == passage_id(title, expected) for p in passages)
+    assert questions[0].golden_answers == ("Gesellschaft mit beschränkter Haftung",)
+
+
+def test_real_musique_supporting_and_decomposition_resolve(realqa):
+    for path in ("musique/musique_ans_dev_100_kag.json", "musique/musique_ans_train_100_hipporag.json"):
+        questions, passages = load_questions(source("musique", path), realqa)
+        known = {p.id for p in passages}
+        assert all(q.decomposition and len(q.decomposition) >= 2 for q in questions)
+        for q in questions:
+            step_ids = [pid for step in q.decomposition for pid in step.passage_ids]
+            assert len(step_ids) == len(q.decomposition)
+            assert set(step_ids) <= set(q.supporting_passage_ids) <= known
+
+
+def test_real_musique_first_row(realqa):
+    questions, passages = load_questions(source("musique", "musique/musique_ans_dev_100_kag.json"), realqa)
+    first = questions[0]
+    assert first.id == "bench/2hop__82713_84616"
+    assert first.golden_answers == (
+        "for Best Performance by a Leading Actress in a Play in Ondine", "leading role", "star", "leading actress", "lead",
+    )
+    by_id = {p.id: p for p in passages}
+    assert [by_id[s.passage_ids[0]].title for s in first.decomposition] == [
+        "My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn",
+    ]
+    assert first.decomposition[0].answer == "Audrey Hepburn"
+
+
+def test_real_musique_train_supporting_passages_are_in_hipporag_corpus(realqa):
+    train = source("musique", "musique/musique_ans_train_100_hipporag.json", split="train")
+    questions, carried = load_questions(train, realqa)
+    corpus_ids = {p.id for p in corpus("title_text_list", "musique/musique_ans_train_100_corpus_hipporag.json", realqa)}
+    supporting = [pid for q in questions for pid in q.supporting_passage_ids]
+    assert (len(supporting), len(set(supporting))) == (237, 234)  # a few paragraphs support two questions
+    assert set(supporting) <= corpus_ids
+    assert {p.id for p in carried} == corpus_ids
+
+
+def test_real_2wiki_supporting_passages_are_in_hipporag_corpus(realqa):
+    dev = source("2wikimultihopqa", "2wikimultihopqa/2wikimultihopqa_dev_first40_with_context.jsonl")
+    questions, carried = load_questions(dev, realqa)
+    hipporag = corpus("title_text_list", "2wikimultihopqa/2wikimultihopqa_dev1000_corpus_hipporag.json", realqa)
+    corpus_ids = {p.id for p in hipporag}
+    assert questions[0].golden_answers == ("20 March 851",)
+    assert all(len(q.supporting_passage_ids) >= 2 for q in questions)
+    assert {pid for q in questions for pid in q.supporting_passage_ids} <= {p.id for p in carried} <= corpus_ids
+
+
+def test_real_popqa_decodes_possible_answers(realqa):
+    questions, passages = load_questions(source("popqa", "popqa/popqa_1000_with_paragraphs_hipporag2.json"), realqa)
+    first = questions[0]
+    assert first.id == "bench/4222362"
+    assert first.question == "What is George Rankin's occupation?"
+    assert first.golden_answers == ("politician", "political leader", "political figure", "polit.", "pol")
+    assert {p.title for p in passages if p.id in first.supporting_passage_ids} == {"George Rankin", "Politician"}
+
+
+def test_real_nq_open_ids_are_row_numbers(realqa):
+    questions, _ = load_questions(source("nq_open", "nq/NQ-open.dev.jsonl"), realqa)
+    assert questions[0].id == "bench/0" and questions[-1].id == "bench/3609"
+    assert questions[0].golden_answers == ("14 December 1972 UTC", "December 1972")
+
+
+def test_real_deepresearcher_tq_rows_are_triviaqa(realqa):
+    questions, _ = load_questions(source("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", source_filter="tq"), realqa)
+    assert all(q.id.startswith("bench/tq_") for q in questions)
+    first = questions[0]
+    assert first.id == "bench/tq_bt_3133"
+    assert first.question == "What is a nattatorium better known as"
+    assert "swimming pool" in first.golden_answers
+
+
+def test_real_bamboogle_uses_idx_and_answer(realqa):
+    questions, _ = load_questions(source("qa_jsonl", "bamboogle/bamboogle_125_r1searcher.jsonl"), realqa)
+    assert questions[0].id == "bench/1" and questions[0].golden_answers == ("james madison",)
+
+
+REAL_CORPORA = [
+    ("flashrag_passages", "corpus/flashrag_wiki_sample_1000_passages.jsonl", 1000),
+    ("kilt_pages", "corpus/r1searcher_kilt_wikipedia_pages_sample.jsonl", 2439),
+    ("title_sentences", "hotpotqa/hotpotqa_train_100_corpus_hipporag.json", 994),
+    ("title_text_list", "2wikimultihopqa/2wikimultihopqa_dev1000_corpus_hipporag.json", 6119),
+    ("title_text_list", "musique/musique_ans_train_100_corpus_hipporag.json", 1890),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "n_passages"), REAL_CORPORA)
+def test_real_corpus_files(realqa, kind, path, n_passages):
+    passages = corpus(kind, path, realqa)
+    assert len(passages) == n_passages
+    assert all(p.id == passage_id(p.title, p.text) and p.title and p.text for p in passages)
+
+
+def test_real_flashrag_passage_title_and_text(realqa):
+    first = corpus("flashrag_passages", "corpus/flashrag_wiki_sample_1000_passages.jsonl", realqa)[0]
+    assert first.title == "Evan Morris"
+    assert first.text.startswith("Evan Morris Evan L. Morris (January 26, 1977")
+
+
+def test_real_kilt_pages_become_clean_passages_of_about_100_words(realqa):
+    passages = corpus("kilt_pages", "corpus/r1searcher_kilt_wikipedia_pages_sample.jsonl", realqa)
+    assert not any("Section::::" in p.text or "BULLET::::" in p.text for p in passages)
+    assert not any(p.text == p.title for p in passages)  # the title line that opens each page is gone
+    assert 60 <= statistics.median(len(p.text.split()) for p in passages) <= 100
+    assert passages[0].title == "A" and passages[0].text.startswith('A (named , plural "As"')
+
+
+# --- tiny files: one happy path per kind ----------------------------------------------------------------------
+
+
+def test_flashrag_jsonl(tmp_path):
+    path = write_jsonl(tmp_path / "nq.jsonl", [
+        {"id": "test_0", "question": " Who? ", "golden_answers": ["A", "A", 1990], "metadata": {}},
+        {"id": "test_1", "question": "What?", "golden_answers": ["B"], "metadata": {"x": 1}},
+    ])
+    questions, passages = load_questions(source("flashrag_jsonl", path, benchmark="nq", split="train"), tmp_path)
+    assert [q.id for q in questions] == ["nq/test_0", "nq/test_1"]
+    assert questions[0].question == "Who?"
+    assert questions[0].golden_answers == ("A", "1990")
+    assert (questions[1].benchmark, questions[1].split, passages) == ("nq", "train", [])
+
+
+def test_nq_open(tmp_path):
+    write_jsonl(tmp_path / "nq.jsonl", [{"question": "q0", "answer": ["x", "y"]}, {"question": "q1", "answer": ["z"]}])
+    questions, _ = load_questions(source("nq_open", "nq.jsonl"), tmp_path)
+    assert [(q.id, q.golden_answers) for q in questions] == [("bench/0", ("x", "y")), ("bench/1", ("z",))]
+
+
+def test_qa_jsonl_answer_fields_and_ids(tmp_path):
+    path = write_jsonl(tmp_path / "qa.jsonl", [
+        {"idx": 7, "question": "q0", "answer": "one"},
+        {"_id": "h1", "question": "q1", "answers": ["two", "2"]},
+        {"question": "q2", "golden_answers": [3]},
+    ])
+    questions, _ = load_questions(source("qa_jsonl", path), tmp_path)
+    assert [(q.id, q.golden_answers) for q in questions] == [
+        ("bench/7", ("one",)), ("bench/h1", ("two", "2")), ("bench/2", ("3",)),
+    ]
+
+
+def test_qa_jsonl_source_filter(tmp_path):
+    sources = ["nq", "tq", "tq", "popqa"]
+    rows = [{"source": s, "id": f"{s}_{i}", "question": f"q{i}", "answers": ["a"]} for i, s in enumerate(sources)]
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    questions, _ = load_questions(source("qa_jsonl", path, source_filter="tq"), tmp_path)
+    assert [q.id for q in questions] == ["bench/tq_1", "bench/tq_2"]
+    with pytest.raises(DataError, match=r"no row has source 'musique'; present: nq \(1\), popqa \(1\), tq \(2\)"):
+        load_questions(source("qa_jsonl", path, source_filter="musique"), tmp_path)
+
+
+def hotpot_row(qid: str = "h0") -> dict:
+    return {
+        "_id": qid, "question": "Which?", "answer": "Yes", "type": "comparison", "level": "hard",
+        "supporting_facts": [["Alpha", 0], ["Beta", 1], ["Beta", 0]],
+        "context": [
+            ["Alpha", ["Alpha is a thing.", " It is old."]], ["Gamma", ["Gamma."]], ["Beta", ["Beta one.", " Beta two."]],
+        ],
+    }
+
+
+def test_hotpotqa(tmp_path):
+    path = write_json(tmp_path / "hotpot.json", [hotpot_row("h0"), hotpot_row("h1")])
+    questions, passages = load_questions(source("hotpotqa", path), tmp_path)
+    assert [q.id for q in questions] == ["bench/h0", "bench/h1"]
+    assert [(p.title, p.text) for p in passages] == [
+        ("Alpha", "Alpha is a thing. It is old."), ("Gamma", "Gamma."), ("Beta", "Beta one. Beta two."),
+    ]
+    assert questions[0].supporting_passage_ids == (passages[0].id, passages[2].id)
+
+
+def test_hotpotqa_supporting_title_outside_context(tmp_path):
+    row = hotpot_row()
+    row["supporting_facts"].append(["Delta", 0])
+    path = write_json(tmp_path / "hotpot.json", [row])
+    message = r"hotpot\.json row 0 \(id h0\): supporting_facts name titles not in the context: \['Delta'\]"
+    with pytest.raises(DataError, match=message):
+        load_questions(source("hotpotqa", path), tmp_path)
+
+
+def test_2wikimultihopqa_both_layouts(tmp_path):
+    official = {"_id": "w0", "question": "Who?", "answer": "X", "supporting_facts": [["T1", 0]],
+                "context": [["T1", ["First sentence.", "Second sentence."]], ["T2", ["Other."]]]}
+    variant = {"_id": "w1", "question": "Who?", "answer": "X", "supporting_facts": [["T1", 0]],
+               "context": [{"title": "T1", "text": "First sentence. Second sentence."}, {"title": "T3", "text": "More."}]}
+    write_json(tmp_path / "dev.json", [official])
+    write_jsonl(tmp_path / "dev.jsonl", [variant])
+    q_official, p_official = load_questions(source("2wikimultihopqa", "dev.json"), tmp_path)
+    q_variant, p_variant = load_questions(source("2wikimultihopqa", "dev.jsonl"), tmp_path)
+    assert p_official[0].text == "First sentence. Second sentence."
+    assert q_official[0].supporting_passage_ids == q_variant[0].supporting_passage_ids == (p_variant[0].id,)
+    assert [p.title for p in p_variant] == ["T1", "T3"]
+
+
+def musique_row(qid: str = "2hop__1_2", answerable: bool = True) -> dict:
+    return {
+        "id": qid, "question": "Where was the author of B born?", "answerable": answerable,
+        "answer": "Paris", "answer_aliases": ["Paris", "City of Light"],
+        "paragraphs": [
+            {"idx": 0, "title": "Noise", "paragraph_text": "Unrelated.", "is_supporting": False},
+            {"idx": 1, "title": "B", "paragraph_text": "B was written by C.", "is_supporting": True},
+            {"idx": 2, "title": "C", "paragraph_text": "C was born in Paris.", "is_supporting": True},
+        ],
+        "question_decomposition": [
+            {"id": 1, "question": "who wrote B", "answer": "C", "paragraph_support_idx": 1},
+            {"id": 2, "question": "where was #1 born", "answer": "Paris", "paragraph_support_idx": 2},
+        ],
+    }
+
+
+def test_musique(tmp_path):
+    path = write_json(tmp_path / "musique.json", [musique_row()])
+    questions, passages = load_questions(source("musique", path), tmp_path)
+    (question,) = questions
+    assert question.golden_answers == ("Paris", "City of Light")
+    assert len(passages) == 3
+    assert question.supporting_passage_ids == (passages[1].id, passages[2].id)
+    assert [(s.question, s.answer, s.passage_ids) for s in question.decomposition] == [
+        ("who wrote B", "C", (passages[1].id,)), ("where was #1 born", "Paris", (passages[2].id,)),
+    ]
+
+
+def test_musique_unanswerable_is_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "musique.jsonl", [musique_row(), musique_row("2hop__9_9", answerable=False)])
+    with pytest.raises(DataError, match=r"musique\.jsonl:2 \(id 2hop__9_9\): 'answerable' is false"):
+        load_questions(source("musique", path), tmp_path)
+
+
+def test_popqa(tmp_path):
+    rows = [
+        {"id": 11, "question": "What is X's occupation?", "possible_answers": '["actor", "actress", "actor"]',
+         "paragraphs": [{"title": "X", "text": "X is an actor.", "is_supporting": True},
+                        {"title": "Y", "text": "Y.", "is_supporting": False}]},
+        {"question": "Where is Z?", "possible_answers": '["Z town"]'},
+    ]
+    path = write_json(tmp_path / "popqa.json", rows)
+    questions, passages = load_questions(source("popqa", path), tmp_path)
+    assert [(q.id, q.golden_answers) for q in questions] == [("bench/11", ("actor", "actress")), ("bench/1", ("Z town",))]
+    assert questions[0].supporting_passage_ids == (passages[0].id,) and len(passages) == 2
+    assert questions[1].supporting_passage_ids == ()
+
+
+def test_popqa_tsv(tmp_path):
+    (tmp_path / "popQA.tsv").write_text(
+        'id\tquestion\tpossible_answers\n5\tWho is A?\t["a", "b"]\n', encoding="utf-8"
+    )
+    questions, _ = load_questions(source("popqa", "popQA.tsv"), tmp_path)
+    assert [(q.id, q.golden_answers) for q in questions] == [("bench/5", ("a", "b"))]
+
+
+def test_popqa_malformed_possible_answers(tmp_path):
+    path = write_json(tmp_path / "popqa.json", [{"id": 1, "question": "q", "possible_answers": '["a"]'},
+                                                {"id": 42, "question": "q", "possible_answers": '["a", '}])
+    with pytest.raises(DataError, match=r"popqa\.json row 1 \(id 42\): field 'possible_answers' is not a JSON-encoded list"):
+        load_questions(source("popqa", path), tmp_path)
+
+
+# --- Search-R1 parquet and Hugging Face layout ----------------------------------------------------------------
+
+SEARCHR1_PROMPT = "Answer the given question. ... For example, <answer> Beijing </answer>. Question: {}\n"
+
+
+def write_searchr1_parquet(path: Path, with_flashrag_columns: bool) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {
+        "data_source": ["nq", "nq"],
+        "prompt": [[{"role": "user", "content": SEARCHR1_PROMPT.format(q)}] for q in ("who wrote x?", "when was y?")],
+        "ability": ["fact-reasoning"] * 2,
+        "reward_model": [{"style": "rule", "ground_truth": {"target": t}} for t in (["Ann"], ["1990", "in 1990"])],
+        "extra_info": [{"split": "test", "index": i} for i in range(2)],
+    }
+    if with_flashrag_columns:
+        columns = {"id": ["test_0", "test_1"], "question": ["Who wrote X?", "When was Y?"],
+                   "golden_answers": [["Ann"], ["1990"]], **columns}
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def test_searchr1_parquet_prefers_flashrag_columns(tmp_path):
+    path = write_searchr1_parquet(tmp_path / "test.parquet", with_flashrag_columns=True)
+    questions, passages = load_questions(source("searchr1_parquet", path, benchmark="nq"), tmp_path)
+    assert [(q.id, q.question, q.golden_answers) for q in questions] == [
+        ("nq/test_0", "Who wrote X?", ("Ann",)), ("nq/test_1", "When was Y?", ("1990",)),
+    ]
+    assert passages == []
+
+
+def test_searchr1_parquet_falls_back_to_prompt_and_target(tmp_path):
+    path = write_searchr1_parquet(tmp_path / "test.parquet", with_flashrag_columns=False)
+    questions, _ = load_questions(source("searchr1_parquet", path, benchmark="nq", limit=1), tmp_path)
+    assert [(q.id, q.question, q.golden_answers) for q in questions] == [("nq/0", "who wrote x?", ("Ann",))]
+
+
+def flashrag_hub_folder(folder: Path) -> Path:
+    """A local folder laid out like RUC-NLPIR/FlashRAG_datasets: README.md `configs:` header + <config>/<split>.jsonl."""
+    (folder / "nq").mkdir(parents=True)
+    (folder / "hotpotqa").mkdir()
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n"
+        "- config_name: nq\n  data_files:\n"
+        "  - split: train\n    path: nq/train.jsonl\n  - split: test\n    path: nq/test.jsonl\n"
+        "- config_name: hotpotqa\n  data_files:\n  - split: dev\n    path: hotpotqa/dev.jsonl\n"
+        "---\n# FlashRAG datasets (local copy)\n",
+        encoding="utf-8",
+    )
+    rows = lambda split, n: [{"id": f"{split}_{i}", "question": f"{split} q{i}?", "golden_answers": [f"a{i}", f"b{i}"],
+                              "metadata": {"n": i}} for i in range(n)]
+    write_jsonl(folder / "nq" / "test.jsonl", rows("test", 3))
+    write_jsonl(folder / "nq" / "train.jsonl", rows("train", 5))
+    write_jsonl(folder / "hotpotqa" / "dev.jsonl", rows("dev", 2))
+    return folder
+
+
+@pytest.fixture
+def hub_folder(tmp_path, monkeypatch) -> Path:
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")  # keep the user's cache clean
+    return flashrag_hub_folder(tmp_path / "FlashRAG_datasets")
+
+
+def test_hf_dataset_from_local_hub_layout(hub_folder, tmp_path):
+    nq = source("hf_dataset", benchmark="nq", dataset_id=str(hub_folder), dataset_config="nq", dataset_split="test")
+    questions, passages = load_questions(nq, tmp_path)
+    assert [(q.id, q.question, q.golden_answers) for q in questions] == [
+        ("nq/test_0", "test q0?", ("a0", "b0")),
+        ("nq/test_1", "test q1?", ("a1", "b1")),
+        ("nq/test_2", "test q2?", ("a2", "b2")),
+    ]
+    assert passages == []
+    hotpot = source("hf_dataset", benchmark="hotpotqa", dataset_id="FlashRAG_datasets", dataset_config="hotpotqa",
+                    dataset_split="dev", limit=1)  # relative to root
+    assert [q.id for q in load_questions(hotpot, tmp_path)[0]] == ["hotpotqa/dev_0"]
+
+
+def test_hf_dataset_rows_convert_like_flashrag_jsonl(hub_folder, tmp_path):
+    hub = source("hf_dataset", dataset_id=str(hub_folder), dataset_config="nq", dataset_split="train", split="train")
+    from_hub, _ = load_questions(hub, tmp_path)
+    from_file, _ = load_questions(source("flashrag_jsonl", hub_folder / "nq" / "train.jsonl", split="train"), tmp_path)
+    assert len(from_hub) == 5
+    assert from_hub == from_file
+
+
+# --- errors, limit, dispatch ------------------------------------------------------------------------------
+
+
+def test_malformed_json_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "q", "answer": ["a"]}\n{"question": "q2", "answer": [\n', encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: malformed JSON")):
+        load_questions(source("nq_open", path), tmp_path)
+
+
+def test_malformed_json_file_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('[\n{"_id": "x",\n', encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{path}:3: malformed JSON")):
+        load_questions(source("hotpotqa", path), tmp_path)
+
+
+@pytest.mark.parametrize(("kind", "row", "field", "where"), [
+    ("flashrag_jsonl", {"id": "test_3", "golden_answers": ["a"]}, "question", "(id test_3)"),
+    ("flashrag_jsonl", {"id": "test_3", "question": "q"}, "golden_answers", "(id test_3)"),
+    ("hotpotqa", {"_id": "h9", "question": "q", "answer": "a", "supporting_facts": []}, "context", "(id h9)"),
+    ("musique", {"id": "m9", "question": "q", "answer": "a", "paragraphs": [{"idx": 0, "title": "T"}]},
+     "paragraph_text", "(id m9) paragraphs[0]"),
+    ("popqa", {"id": 9, "question": "q"}, "possible_answers", "(id 9)"),
+    ("nq_open", {"answer": ["a"]}, "question", ":2 (id 1)"),
+])
+def test_missing_field_names_field_file_and_row(tmp_path, kind, row, field, where):
+    good = {"flashrag_jsonl": {"id": "ok", "question": "q", "golden_answers": ["a"]},
+            "nq_open": {"question": "q", "answer": ["a"]}}  # a good first row, so the bad one is on line 2
+    path = write_jsonl(tmp_path / "rows.jsonl", [good[kind], row] if kind in good else [row])
+    with pytest.raises(DataError, match=re.escape(f"{path}") + r".*" + re.escape(f"{where}: missing field '{field}'")):
+        load_questions(source(kind, path), tmp_path)
+
+
+def test_row_without_usable_answer_is_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "qa.jsonl", [{"id": "q1", "question": "q", "answers": ["", "  "]}])
+    with pytest.raises(DataError, match=r"qa\.jsonl:1 \(id q1\): no usable answer in field 'answers'"):
+        load_questions(source("qa_jsonl", path), tmp_path)
+
+
+def test_duplicate_ids_are_an_error(tmp_path):
+    rows = [{"id": "a", "question": "q", "answer": "x"}, {"id": "a", "question": "r", "answer": "y"}]
+    path = write_jsonl(tmp_path / "qa.jsonl", rows)
+    with pytest.raises(DataError, match=r"qa\.jsonl:2: question id 'bench/a' already used by .*qa\.jsonl:1"):
+        load_questions(source("qa_jsonl", path), tmp_path)
+
+
+def test_limit_keeps_the_first_rows_in_file_order(tmp_path):
+    write_jsonl(tmp_path / "qa.jsonl", [{"question": f"q{i}", "answer": str(i)} for i in range(10)])
+    write_json(tmp_path / "hotpot.json", [hotpot_row(f"h{i}") for i in range(5)])
+    questions, _ = load_questions(source("qa_jsonl", "qa.jsonl", limit=3), tmp_path)
+    assert [q.question for q in questions] == ["q0", "q1", "q2"]
+    hotpot, _ = load_questions(source("hotpotqa", "hotpot.json", limit=2), tmp_path)
+    assert [q.id for q in hotpot] == ["bench/h0", "bench/h1"]
+
+
+def test_limit_is_applied_before_conversion(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"question": "q0", "answer": "a"}\nnot json at all\n', encoding="utf-8")
+    questions, _ = load_questions(source("qa_jsonl", path, limit=1), tmp_path)
+    assert len(questions) == 1  # the malformed second line is never read
+
+
+def test_absolute_path_ignores_root(tmp_path):
+    path = write_jsonl(tmp_path / "qa.jsonl", [{"question": "q", "answer": "a"}])
+    questions, _ = load_questions(source("qa_jsonl", path), Path("/nonexistent"))
+    assert len(questions) == 1
+    with pytest.raises(DataError, match="no such file"):
+        load_questions(source("qa_jsonl", "qa.jsonl"), Path("/nonexistent"))
+
+
+def test_synthetic_is_not_a_file_kind(tmp_path):
+    with pytest.raises(ValueError, match="synthetic"):
+        load_questions(QuestionSource(kind="synthetic"), tmp_path)
+
+
+def test_empty_source_is_an_error(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no questions"):
+        load_questions(source("qa_jsonl", "empty.jsonl"), tmp_path)
+
+
+# --- corpus kinds -------------------------------------------------------------------------------------------
+
+
+def test_flashrag_passages(tmp_path):
+    write_jsonl(tmp_path / "wiki.jsonl", [
+        {"id": "0", "contents": '"Evan Morris"\nEvan Morris Evan L. Morris was a lobbyist.'},
+        {"id": "1", "contents": '""Weird Al" Yankovic"\nAlfred Yankovic is a singer.\nSecond line.'},
+    ])
+    passages = load_corpus(CorpusSource(kind="flashrag_passages", path="wiki.jsonl"), tmp_path)
+    assert [(p.title, p.text) for p in passages] == [
+        ("Evan Morris", "Evan Morris Evan L. Morris was a lobbyist."),
+        ('"Weird Al" Yankovic', "Alfred Yankovic is a singer.\nSecond line."),
+    ]
+
+
+def test_title_sentences_and_title_text_list_agree(tmp_path):
+    write_json(tmp_path / "sentences.json", {"Alpha": ["Alpha is a thing.", " It is old."], "Beta": ["Beta."]})
+    write_json(tmp_path / "list.json", [{"title": "Alpha", "text": "Alpha is a thing. It is old."},
+                                        {"title": "Gamma", "text": "G."}])
+    sentences = load_corpus(CorpusSource(kind="title_sentences", path="sentences.json"), tmp_path)
+    listed = load_corpus(CorpusSource(kind="title_text_list", path="list.json"), tmp_path)
+    assert [p.title for p in sentences] == ["Alpha", "Beta"] and [p.title for p in listed] == ["Alpha", "Gamma"]
+    assert sentences[0] == listed[0]
+
+
+def test_kilt_pages(tmp_path):
+    body = " ".join(["word"] * 60)
+    write_jsonl(tmp_path / "kilt.jsonl", [{"wikipedia_title": "Page", "text": [
+        "Page\n", f"{body}.\n", f"{body} again.\n", "Section::::History.\n", "BULLET::::- first item\n", "Short end.\n",
+        "Section::::External links.\n", "BULLET::::- example.org\n",
+    ]}])
+    passages = load_corpus(CorpusSource(kind="kilt_pages", path="kilt.jsonl"), tmp_path)
+    assert [p.text for p in passages] == [f"{body}.", f"{body} again.", "first item Short end."]
+    assert all(p.title == "Page" for p in passages)
+
+
+def test_corpus_limit_and_duplicates(tmp_path):
+    write_jsonl(tmp_path / "list.jsonl", [{"title": t, "text": f"{t.lower()}."} for t in ["A", "A", "B", "C"]])
+    everything = load_corpus(CorpusSource(kind="title_text_list", path="list.jsonl"), tmp_path)
+    limited = load_corpus(CorpusSource(kind="title_text_list", path="list.jsonl", limit=2), tmp_path)
+    assert [p.title for p in everything] == ["A", "B", "C"]
+    assert [p.title for p in limited] == ["A", "B"]
+
+
+def test_corpus_missing_field_names_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"T"\nx'}, {"id": "1", "text": "no contents"}])
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: missing field 'contents'")):
+        load_corpus(CorpusSource(kind="flashrag_passages", path=str(path)), tmp_path)
