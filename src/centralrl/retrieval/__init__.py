@@ -23,7 +23,7 @@ __all__ = ["Hit", "Retriever", "build_index", "open_retriever", "save_index"]
 def _elasticsearch(cfg: RetrievalConfig):
     from centralrl.retrieval.elastic import ElasticsearchIndex
 
-    return ElasticsearchIndex(cfg.elasticsearch, k1=cfg.k1, b=cfg.b, stemming=cfg.stemming)
+    return ElasticsearchIndex.from_config(cfg)
 
 
 def build_index(passages: Sequence[Passage], cfg: RetrievalConfig) -> Retriever:
