@@ -94,3 +94,23 @@ def test_recall_table_hand_computed(index):
     assert table["b1"]["recall@3"] == pytest.approx((1.0 + 1.0) / 2)
     assert table["b1"]["subquestion_recall@1"] == 1.0
     assert table["b2"] == {"questions": 1, "with_passages": 0}
+
+
+def test_saved_index_bytes_do_not_depend_on_the_hash_seed(tmp_path):
+    """bm25s numbers its vocabulary in set order; ours is sorted, so two processes write the same bytes."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from centralrl.retrieval.bm25 import Bm25sIndex; from centralrl.schema import Passage; "
+        "ps = [Passage(str(i), f't{i}', f'word{i} alpha beta gamma{i % 3} delta{i % 5}') for i in range(30)]; "
+        "Bm25sIndex.build(ps, 1.2, 0.75, True, 'numpy').save(sys.argv[1])"
+    )
+    for seed in ("1", "2"):
+        env = os.environ | {"PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / seed)], check=True, env=env)
+    names = sorted(p.name for p in (tmp_path / "1").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "2").iterdir())
+    for name in names:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name

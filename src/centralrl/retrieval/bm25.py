@@ -42,6 +42,13 @@ def tokenize(texts: Sequence[str], stemming: bool) -> list[list[str]]:
     return bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
 
 
+def _with_sorted_vocab(documents: list[list[str]]) -> bm25s.tokenization.Tokenized:
+    """Token ids from a sorted vocabulary: bm25s numbers tokens in set order, which changes with PYTHONHASHSEED
+    and would make the saved index differ byte-wise between identical runs."""
+    vocab = {token: number for number, token in enumerate(sorted({t for doc in documents for t in doc}))}
+    return bm25s.tokenization.Tokenized(ids=[[vocab[t] for t in doc] for doc in documents], vocab=vocab)
+
+
 class Bm25sIndex:
     """A BM25 index over passages; `search` takes a batch of queries and returns top-k hits per query."""
 
@@ -55,7 +62,7 @@ class Bm25sIndex:
         if not passages:
             raise RetrievalError("cannot build a BM25 index over an empty corpus")
         model = bm25s.BM25(k1=k1, b=b, method="lucene", backend=resolve_backend(backend))
-        model.index(tokenize([f"{p.title}\n{p.text}" for p in passages], stemming), show_progress=False)
+        model.index(_with_sorted_vocab(tokenize([f"{p.title}\n{p.text}" for p in passages], stemming)), show_progress=False)
         return cls(model, list(passages), stemming)
 
     def save(self, directory: str | Path) -> None:
