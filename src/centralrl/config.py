@@ -174,12 +174,73 @@ class ModelConfig(Section):
         return self
 
 
+ROLES = ("central", "retrieval", "conclusion")
+
+
+class LoraConfig(Section):
+    """LoRA adapters, one per role (or one shared by all roles)."""
+
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    sharing: Literal["per_role", "shared"] = Field(
+        "per_role", description="per_role: each role its own adapter; shared: one adapter for all roles (MMOA-RAG/JADE)"
+    )
+
+
+class RoleTokens(Section):
+    """Generation budget (new tokens) per role and per call."""
+
+    central: int = Field(64, ge=1)
+    retrieval: int = Field(80, ge=1)
+    conclusion: int = Field(24, ge=1)
+    agent: int = Field(96, ge=1, description="the single-agent reference, per step")
+
+
+class HarnessConfig(Section):
+    max_turns: int = Field(4, ge=1, description="central turns (or single-agent steps) before conclusion is forced")
+    max_new_tokens: RoleTokens = Field(default_factory=RoleTokens)
+    passage_chars: int = Field(400, ge=50, description="characters of each retrieved passage shown to a role")
+    batch_size: int = Field(16, ge=1, description="sequences per generation batch")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts (evaluation is greedy)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+
+
+class TrackingConfig(Section):
+    """MLflow: a sqlite store by default (MLflow 3 refuses a file store), or a server URL."""
+
+    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
+    experiment: str = Field("centralrl", description="MLflow experiment name")
+    transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")
+
+
+class EvaluationTarget(Section):
+    """One `evaluate@<name>` stage: which topology runs (untrained targets run the starting checkpoint)."""
+
+    topology: Literal["central", "single_agent"] = "central"
+
+
+class EvaluateConfig(Section):
+    targets: dict[str, EvaluationTarget] = Field(
+        default_factory=lambda: {"base": EvaluationTarget(), "single_agent": EvaluationTarget(topology="single_agent")},
+        description="each entry becomes a DVC stage evaluate@<name>",
+    )
+    chunk_size: int = Field(64, ge=1, description="questions per rollout task (one progress step)")
+
+
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
     seed: int = Field(0, description="root seed of the experiment; every random draw derives from it")
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:

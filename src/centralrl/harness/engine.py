@@ -1,0 +1,98 @@
+"""Batched generation for a role, with every generated token's log-probability.
+
+`RolePolicy.generate(role, prompts)` runs the prompts (token ids) through `model.generate` in batches of
+`batch_size`, left-padded, with the role's adapter active (or all adapters disabled for a frozen role), and
+returns for each prompt the generated ids up to and including the token that ends the role's action (a stop
+string or end-of-sequence), their log-probabilities under the sampling distribution (logits / temperature;
+temperature 1 for greedy), and the decoded text. Sampling seeds derive from the call's seed and batch index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from centralrl.harness.protocol import STOP_STRINGS
+from centralrl.models.adapters import acting_as
+from centralrl.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+class RolePolicy:
+    """The generation side of the harness: one backbone, role adapters, batched sampling or greedy decoding."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapters: dict[str, str | None],
+                 batch_size: int = 16) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.adapters = adapters
+        self.batch_size = batch_size
+        self.device = next(model.parameters()).device
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids of a chat, with the assistant's turn opened."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
+                 temperature: float = 1.0, seed: int = 0) -> list[Generation]:
+        results: list[Generation] = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start : start + self.batch_size]
+            torch.manual_seed(derive_seed(seed, role, start))
+            results.extend(self._generate_batch(role, batch, max_new_tokens, greedy, temperature))
+        return results
+
+    @torch.no_grad()
+    def _generate_batch(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
+                        temperature: float) -> list[Generation]:
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        # An explicit config, so a checkpoint's own defaults (SmolLM2 ships top_p/temperature) never leak in.
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=1.0 if greedy else temperature,
+            top_k=None if greedy else 0, top_p=1.0, pad_token_id=pad, eos_token_id=self.tokenizer.eos_token_id,
+            stop_strings=STOP_STRINGS.get(role), output_scores=True, return_dict_in_generate=True,
+        )
+        with acting_as(self.model, self.adapters.get(role)):
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config, tokenizer=self.tokenizer
+            )
+        generated = out.sequences[:, width:]
+        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
+        chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+        return [self._trim(prompt, generated[i].tolist(), chosen[i].tolist(), role) for i, prompt in enumerate(prompts)]
+
+    def _trim(self, prompt: Sequence[int], ids: list[int], logprobs: list[float], role: str) -> Generation:
+        """Cut a row after its end-of-sequence token or the token that completes a stop string."""
+        stops = STOP_STRINGS.get(role, [])
+        end = len(ids)
+        text = ""
+        for position, token in enumerate(ids):
+            if token == self.tokenizer.eos_token_id:
+                end = position + 1
+                break
+            text += self.tokenizer.decode([token])
+            if any(stop in text for stop in stops):
+                end = position + 1
+                break
+        kept = ids[:end]
+        return Generation(tuple(prompt), tuple(kept), tuple(logprobs[:end]), self.tokenizer.decode(kept, skip_special_tokens=True))

@@ -1,0 +1,103 @@
+"""Role adapters: the central, retrieval and conclusion roles as named peft LoRA adapters on one frozen backbone.
+
+Which roles have an adapter is data: `trainable_roles` (an arm's entry in params). A role without an adapter
+is frozen and runs with adapters disabled, so it is exactly the starting checkpoint. With `sharing: shared`
+every trainable role uses one adapter named "shared" (as MMOA-RAG/JADE share parameters across agents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model
+from transformers import PreTrainedModel
+
+from centralrl.config import ROLES, LoraConfig
+from centralrl.errors import ConfigError
+
+SHARED = "shared"
+
+
+def role_adapters(trainable_roles: Iterable[str], sharing: str) -> dict[str, str | None]:
+    """Map every role to its adapter name, or None when it is frozen.
+
+    >>> role_adapters(["central"], "per_role")
+    {'central': 'central', 'retrieval': None, 'conclusion': None}
+    >>> role_adapters(["central", "conclusion"], "shared")
+    {'central': 'shared', 'retrieval': None, 'conclusion': 'shared'}
+    """
+    trainable = set(trainable_roles)
+    unknown = trainable - set(ROLES)
+    if unknown:
+        raise ConfigError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
+    return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in ROLES}
+
+
+def adapters_of(model: PreTrainedModel) -> dict[str, str | None]:
+    """Role -> adapter for a model with loaded adapters: a role's own adapter, else the shared one, else frozen.
+    The single agent ("agent") uses the central adapter, as its policy is the one that decides."""
+    names = set(model.peft_config) if isinstance(model, PeftModel) else set()
+    own = {role: role if role in names else SHARED if SHARED in names else None for role in ROLES}
+    return own | {"agent": own["central"]}
+
+
+def _peft_config(cfg: LoraConfig) -> PeftLoraConfig:
+    return PeftLoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules),
+        bias="none", task_type="CAUSAL_LM",
+    )
+
+
+def attach_adapters(model: PreTrainedModel, adapters: dict[str, str | None], cfg: LoraConfig) -> PreTrainedModel:
+    """Wrap `model` with one fresh LoRA adapter per distinct adapter name (none at all if every role is frozen)."""
+    names = sorted({name for name in adapters.values() if name})
+    if not names:
+        return model
+    peft_model = get_peft_model(model, _peft_config(cfg), adapter_name=names[0])
+    for name in names[1:]:
+        peft_model.add_adapter(name, _peft_config(cfg))
+    return peft_model
+
+
+@contextmanager
+def acting_as(model: PreTrainedModel, adapter: str | None) -> Iterator[None]:
+    """Run the model as a role: its adapter active, or every adapter disabled when the role is frozen."""
+    if not isinstance(model, PeftModel):
+        yield
+    elif adapter is None:
+        with model.disable_adapter():
+            yield
+    else:
+        model.set_adapter(adapter)
+        yield
+
+
+def save_adapters(model: PreTrainedModel, directory: str | Path) -> list[str]:
+    """Save every adapter into directory/<adapter name>/ (peft's layout); return the names saved."""
+    if not isinstance(model, PeftModel):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return []
+    names = sorted(model.peft_config)
+    model.save_pretrained(str(directory), selected_adapters=names)
+    # peft writes the first adapter at the top level and the others in subfolders; move the first too, so
+    # every adapter lives in directory/<name>/ and loading needs no special case.
+    top = Path(directory)
+    if (top / "adapter_config.json").exists() and not (top / names[0]).exists():
+        (top / names[0]).mkdir()
+        for file in ("adapter_config.json", "adapter_model.safetensors"):
+            (top / file).rename(top / names[0] / file)
+    return names
+
+
+def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool = False) -> PreTrainedModel:
+    """Load every adapter saved by `save_adapters` onto `model` (a plain backbone)."""
+    folders = sorted(p for p in Path(directory).iterdir() if (p / "adapter_config.json").is_file())
+    if not folders:
+        return model
+    peft_model = PeftModel.from_pretrained(model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable)
+    for folder in folders[1:]:
+        peft_model.load_adapter(str(folder), adapter_name=folder.name, is_trainable=trainable)
+    return peft_model
