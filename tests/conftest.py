@@ -50,3 +50,27 @@ def write_params(folder: Path, overrides: dict | None = None, profile: str = "sm
 @pytest.fixture
 def smoke_params(tmp_path) -> Path:
     return write_params(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory) -> Path:
+    """The smoke backbone: a randomly initialised tiny Qwen2 with its small tokenizer, prepared once."""
+    from centralrl.config import ModelConfig
+    from centralrl.models.backbone import prepare_backbone
+
+    folder = tmp_path_factory.mktemp("backbone") / "tiny"
+    prepare_backbone(ModelConfig(source="tiny_qwen2"), folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def smoke_world():
+    """The smoke profile's synthetic world and a bm25s index over it."""
+    from centralrl.config import load_config
+    from centralrl.data.synthetic import generate
+    from centralrl.retrieval.bm25 import Bm25sIndex
+
+    folder = Path(tempfile.mkdtemp(prefix="centralrl-world-"))
+    cfg = load_config(write_params(folder))
+    questions, passages = generate(cfg.data.synthetic)
+    return questions, passages, Bm25sIndex.build(passages, cfg.retrieval.k1, cfg.retrieval.b, cfg.retrieval.stemming)

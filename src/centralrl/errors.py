@@ -17,5 +17,9 @@ class RetrievalError(CentralRLError):
     """A retriever cannot answer: missing index, unreachable server (the message names the URL)."""
 
 
+class BackboneError(CentralRLError):
+    """A backbone cannot be fetched, built or loaded; the message names the model id or directory."""
+
+
 class ServiceUnavailable(RetrievalError):
     """A server (Elasticsearch, ...) did not answer after every retry; trying again later may succeed."""
