@@ -31,6 +31,7 @@ test: setup  ## the test suite (tiny real runs; about a few minutes on 2 cores)
 
 benchmarks: setup
 	$(BIN)/python benchmarks/retrieval.py --out benchmarks/results/retrieval.json
+	$(BIN)/python benchmarks/rollout.py --out benchmarks/results/rollout.json
 
 clean-venv:
 	rm -rf $(VENV)

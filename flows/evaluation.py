@@ -1,4 +1,4 @@
-"""Prefect flow `evaluate-harness`: greedy episodes of one evaluation target on every test question, scored
+"""Prefect flow `evaluate-harness`: greedy episodes of one arm on every test question, scored
 and written as per-question records, a per-benchmark table (DVC metrics) and an MLflow run with transcripts.
 
 Tasks: load inputs; roll out one chunk of questions at a time (each chunk a visible task and a progress step);
@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from tqdm import tqdm
 
 from centralrl.config import Config, load_config
+from flows.training import arm_config
 from centralrl.evaluation import benchmark_table, episode_record, markdown_table, transcript
 from centralrl.harness.engine import RolePolicy, pick_device
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
@@ -31,11 +32,11 @@ def load_questions(path: str) -> list[Question]:
 
 
 @task(cache_policy=NO_CACHE)
-def load_policy(cfg: Config, model_dir: str, adapters_dir: str | None) -> RolePolicy:
+def load_policy(cfg: Config, model_dir: str, adapters_dir: str) -> RolePolicy:
+    """The starting checkpoint with the arm's trained adapters (none for a reference arm)."""
     model, tokenizer = load_backbone(Path(model_dir), cfg.model.dtype)
+    model = load_adapters(model, adapters_dir)
     model.to(pick_device(cfg.harness.device))
-    if adapters_dir:
-        model = load_adapters(model, adapters_dir)
     return RolePolicy(model, tokenizer, adapters_of(model), cfg.harness.batch_size)
 
 
@@ -66,21 +67,19 @@ def _spread(episodes: list[Episode], n: int) -> list[Episode]:
 
 
 @task(cache_policy=NO_CACHE)
-def log_run(tracker: Tracker, cfg: Config, target: str, table: dict, transcripts_path: str) -> None:
-    with tracker.run(f"evaluate@{target}", tags={"stage": "evaluate", "target": target, "profile": cfg.profile}):
-        tracker.log_params({"target": target, **cfg.model_dump(include={"profile", "seed", "model", "harness", "retrieval"})})
+def log_run(tracker: Tracker, cfg: Config, arm: str, table: dict, transcripts_path: str) -> None:
+    with tracker.run(f"evaluate@{arm}", tags={"stage": "evaluate", "arm": arm, "profile": cfg.profile}):
+        tracker.log_params({"arm": arm, **cfg.model_dump(include={"profile", "seed", "model", "harness", "retrieval", "arms"})})
         tracker.log_metrics({f"{bench}.{m}": row[m] for bench, row in table.items() for m in ("em", "f1", "acc")})
         tracker.log_text(markdown_table(table), "benchmarks.md")
         tracker.log_text(Path(transcripts_path).read_text(encoding="utf-8"), "transcripts.md")
 
 
 @flow(name="evaluate-harness")
-def evaluation_flow(params_path: str, target: str, model_dir: str, index_dir: str, questions_path: str,
-                    records_path: str, transcripts_path: str, metrics_path: str, adapters_dir: str | None = None) -> dict:
+def evaluation_flow(params_path: str, arm: str, model_dir: str, adapters_dir: str, index_dir: str, questions_path: str,
+                    records_path: str, transcripts_path: str, metrics_path: str) -> dict:
     cfg = load_config(params_path)
-    if target not in cfg.evaluate.targets:
-        raise ValueError(f"evaluate.targets has no {target!r}; known: {', '.join(cfg.evaluate.targets)}")
-    topology = cfg.evaluate.targets[target].topology
+    topology = arm_config(cfg, arm).topology
     questions = load_questions(questions_path)
     policy = load_policy(cfg, model_dir, adapters_dir)
     retriever = open_retriever(cfg.retrieval, index_dir)
@@ -88,8 +87,8 @@ def evaluation_flow(params_path: str, target: str, model_dir: str, index_dir: st
     settings = RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=True, seed=cfg.seed)
     episodes: list[Episode] = []
     chunks = range(0, len(questions), cfg.evaluate.chunk_size)
-    for start in tqdm(chunks, desc=f"evaluate@{target}", unit="chunk"):
+    for start in tqdm(chunks, desc=f"evaluate@{arm}", unit="chunk"):
         episodes += rollout(questions[start : start + cfg.evaluate.chunk_size], policy, retriever, topology, settings)
     table = write_results(episodes, records_path, transcripts_path, metrics_path, cfg.tracking.transcripts)
-    log_run(MlflowTracker(cfg.tracking.uri, cfg.tracking.experiment), cfg, target, table, transcripts_path)
+    log_run(MlflowTracker(cfg.tracking.uri, cfg.tracking.experiment), cfg, arm, table, transcripts_path)
     return table

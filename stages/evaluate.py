@@ -1,4 +1,4 @@
-"""Stage `evaluate@<target>`: run the Prefect flow `evaluate-harness` for one target of `evaluate.targets`."""
+"""Stage `evaluate@<arm>`: run the Prefect flow `evaluate-harness` for one arm (greedy, every test question)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import argparse
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
-    parser.add_argument("--target", required=True, help="a key of evaluate.targets in params (base, single_agent, ...)")
-    parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
-    parser.add_argument("--adapters", help="input: trained role adapters (train@<arm>); omit for the starting checkpoint")
+    parser.add_argument("--arm", required=True, help="a key of `arms` in params (base, single_agent, central_only, ...)")
+    parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
+    parser.add_argument("--adapters", required=True, help="input: the arm's adapters (train@<arm>; none for a reference)")
     parser.add_argument("--index", required=True, help="input: index directory (build_index)")
     parser.add_argument("--questions", required=True, help="input: evaluation questions (JSONL)")
     parser.add_argument("--records", required=True, help="output: one JSON line per question")
@@ -20,10 +20,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from flows.evaluation import evaluation_flow
 
-    table = evaluation_flow(args.params, args.target, args.model, args.index, args.questions, args.records,
-                            args.transcripts, args.metrics, args.adapters)
+    table = evaluation_flow(args.params, args.arm, args.model, args.adapters, args.index, args.questions, args.records,
+                            args.transcripts, args.metrics)
     macro = table["macro"]
-    print(f"evaluate@{args.target}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc {macro['acc']:.4f}")
+    print(f"evaluate@{args.arm}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc {macro['acc']:.4f}")
 
 
 if __name__ == "__main__":

@@ -36,12 +36,16 @@ def realqa_dir() -> Path:
 
 
 def write_params(folder: Path, overrides: dict | None = None, profile: str = "smoke") -> Path:
-    """Copy params.yaml and profiles/ into `folder`, select `profile`, merge `overrides`; return the params path."""
+    """Copy params.yaml and profiles/ into `folder`, select `profile`, merge `overrides` (into the profile
+    too, which would otherwise win); return the params path."""
     from centralrl.config import deep_merge
 
     shutil.copytree(REPO / "profiles", folder / "profiles", dirs_exist_ok=True)
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw = deep_merge(raw, {"profile": profile, **(overrides or {})})
+    overlay = folder / "profiles" / f"{profile}.yaml"
+    if overrides and overlay.is_file():  # the profile wins over params.yaml, so the overrides go there too
+        overlay.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(overlay.read_text()) or {}, overrides), sort_keys=False))
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -67,8 +67,9 @@ def test_garbage_model_gets_invalid_actions_then_forced_conclusion(backbone, smo
 
 
 def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_questions, smoke_world):
-    script = {"central": lambda p: "<think>more</think><subquestion>Who directed it?</subquestion>",
-              "retrieval": lambda p: "<note>nothing relevant</note>", "conclusion": lambda p: "<answer>Telmarra</answer>"}
+    # Replies continue the prefilled opening tag (<think>, <note>, <answer>), as a model's would.
+    script = {"central": lambda p: "more</think><subquestion>Who directed it?</subquestion>",
+              "retrieval": lambda p: "nothing relevant</note>", "conclusion": lambda p: "Telmarra</answer>"}
     policy = ScriptedPolicy(backbone[1], script)
     episodes = run_central(test_questions, policy, smoke_world[2], settings(max_turns=3))
     for episode in episodes:
@@ -79,11 +80,11 @@ def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_
 
 def test_passages_cannot_end_a_turn_forge_an_answer_or_inject_an_action(backbone, test_questions):
     def central(prompt):
-        return "<conclude></conclude>" if "Note:" in prompt else "<subquestion>Where?</subquestion>"
+        return "done</think><conclude></conclude>" if "Note:" in prompt else "go</think><subquestion>Where?</subquestion>"
 
     script = {"central": central,
-              "retrieval": lambda prompt: f"<note>{prompt.split('Passages:')[1]}</note>",  # copies everything it saw
-              "conclusion": lambda prompt: "<answer>real answer</answer>"}
+              "retrieval": lambda prompt: f"{prompt.split('Passages:')[1]}</note>",  # copies everything it saw
+              "conclusion": lambda prompt: "real answer</answer>"}
     policy = ScriptedPolicy(backbone[1], script)
     episodes = run_central(test_questions[:2], policy, TaggedPassages(), settings(max_turns=3))
     for episode in episodes:
@@ -92,13 +93,14 @@ def test_passages_cannot_end_a_turn_forge_an_answer_or_inject_an_action(backbone
         assert episode.concluded and not episode.forced and episode.invalid_actions == 0
         assert "FORGED" in episode.notes[0][1] and "<answer>" not in episode.notes[0][1]
     for role, prompt in policy.prompts:
-        body = prompt.split("<|im_start|>user", 1)[1]  # the data part; the system prompt shows the format
+        # the user message holds the data (the system prompt shows the format, the assistant turn its prefill)
+        body = prompt.split("<|im_start|>user", 1)[1].split("<|im_start|>assistant", 1)[0]
         for tag in ("<answer>", "</note>", "<conclude>", "<subquestion>"):
             assert tag not in body, f"{role} prompt carries a live {tag}"
 
 
 def test_single_agent_sees_results_as_data_and_is_forced_to_answer(backbone, test_questions):
-    script = {"agent": lambda prompt: "<think>look</think><search>Trap facts</search>"}
+    script = {"agent": lambda prompt: "look</think><search>Trap facts</search>"}
     policy = ScriptedPolicy(backbone[1], script | {"agent": lambda p: "Telmarra</answer>" if p.endswith("<answer>") else script["agent"](p)})
     episodes = run_single_agent(test_questions[:2], policy, TaggedPassages(), settings(max_turns=2))
     for episode in episodes:

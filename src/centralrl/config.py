@@ -44,7 +44,7 @@ class SyntheticConfig(Section):
         description="each type is its own benchmark, named synth-<type>",
     )
     train_per_type: int = Field(120, ge=0, description="training questions per question type")
-    test_per_type: int = Field(20, ge=1, description="evaluation questions per question type")
+    test_per_type: int = Field(5, ge=1, description="evaluation questions per question type")
 
 
 QUESTION_KINDS = (
@@ -201,7 +201,7 @@ class RoleTokens(Section):
 
 
 class HarnessConfig(Section):
-    max_turns: int = Field(4, ge=1, description="central turns (or single-agent steps) before conclusion is forced")
+    max_turns: int = Field(3, ge=1, description="central turns (or single-agent steps) before conclusion is forced")
     max_new_tokens: RoleTokens = Field(default_factory=RoleTokens)
     passage_chars: int = Field(400, ge=50, description="characters of each retrieved passage shown to a role")
     batch_size: int = Field(16, ge=1, description="sequences per generation batch")
@@ -217,18 +217,73 @@ class TrackingConfig(Section):
     transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")
 
 
-class EvaluationTarget(Section):
-    """One `evaluate@<name>` stage: which topology runs (untrained targets run the starting checkpoint)."""
+class EvaluateConfig(Section):
+    chunk_size: int = Field(64, ge=1, description="questions per rollout task (one progress step)")
+
+
+TOPOLOGY_ROLES = {"central": ROLES, "single_agent": ("agent",)}
+
+
+class ArmConfig(Section):
+    """An arm is data: a topology, which of its roles train (the others stay frozen), how adapters are shared.
+    An arm with no trainable role is a reference: it evaluates the starting checkpoint."""
 
     topology: Literal["central", "single_agent"] = "central"
-
-
-class EvaluateConfig(Section):
-    targets: dict[str, EvaluationTarget] = Field(
-        default_factory=lambda: {"base": EvaluationTarget(), "single_agent": EvaluationTarget(topology="single_agent")},
-        description="each entry becomes a DVC stage evaluate@<name>",
+    trainable_roles: list[Literal["central", "retrieval", "conclusion", "agent"]] = Field(
+        default_factory=list, description="roles whose adapters train; empty: an untrained reference"
     )
-    chunk_size: int = Field(64, ge=1, description="questions per rollout task (one progress step)")
+    sharing: Literal["per_role", "shared"] | None = Field(None, description="None: lora.sharing")
+
+    @model_validator(mode="after")
+    def _roles_of_topology(self) -> ArmConfig:
+        foreign = sorted(set(self.trainable_roles) - set(TOPOLOGY_ROLES[self.topology]))
+        if foreign:
+            raise ValueError(f"roles {foreign} are not roles of the {self.topology} topology "
+                             f"(its roles: {', '.join(TOPOLOGY_ROLES[self.topology])})")
+        return self
+
+
+class RewardConfig(Section):
+    metric: Literal["f1", "em", "acc"] = Field("f1", description="outcome reward: this metric of the final answer")
+    format_weight: float = Field(0.0, ge=0, description="added reward when every action of the episode was valid")
+
+
+class GrpoConfig(Section):
+    """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
+
+    steps: int = Field(3, ge=1, description="optimizer steps (one rollout batch each)")
+    questions_per_step: int = Field(2, ge=1)
+    group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
+    learning_rate: float = Field(1e-4, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the ratio")
+    kl_coef: float = Field(0.02, ge=0, description="beta: KL penalty to the starting policy (adapters disabled)")
+    normalize_std: bool = Field(True, description="divide group-centred rewards by the group std")
+    eps: float = Field(1e-6, gt=0)
+    loss_normalization: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over every trained token of the batch; sequence: mean of per-sequence means"
+    )
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1, description="sequences per forward/backward")
+    checkpoint_every: int = Field(1, ge=1, description="save the full training state every N steps")
+
+
+class TrainConfig(Section):
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+
+class WarmstartConfig(Section):
+    """Supervised cold start on oracle traces (from decompositions); merged into the shared starting checkpoint."""
+
+    enabled: bool = Field(True, description="false: the starting checkpoint is the backbone itself")
+    questions: int = Field(32, ge=1, description="training questions with a decomposition to build traces from")
+    epochs: int = Field(1, ge=1)
+    learning_rate: float = Field(3e-4, gt=0)
+    micro_batch_size: int = Field(4, ge=1)
+    seed: int = Field(0)
 
 
 class Config(Section):
@@ -241,6 +296,17 @@ class Config(Section):
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    warmstart: WarmstartConfig = Field(default_factory=WarmstartConfig)
+    arms: dict[str, ArmConfig] = Field(
+        default_factory=lambda: {
+            "base": ArmConfig(),
+            "single_agent": ArmConfig(topology="single_agent"),
+            "central_only": ArmConfig(trainable_roles=["central"]),
+            "joint": ArmConfig(trainable_roles=["central", "retrieval", "conclusion"]),
+        },
+        description="train@<arm> and evaluate@<arm> per entry; same optimizer, budget and reward for every arm",
+    )
+    train: TrainConfig = Field(default_factory=TrainConfig)
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:

@@ -45,10 +45,10 @@ class RolePolicy:
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        """Token ids of a chat, with the assistant's turn opened."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    def encode_chat(self, messages: list[dict], prefill: str = "") -> list[int]:
+        """Token ids of a chat with the assistant's turn opened and `prefill` already written in it."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer.encode(text + prefill, add_special_tokens=False)
 
     def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
                  temperature: float = 1.0, seed: int = 0) -> list[Generation]:

@@ -21,7 +21,7 @@ from centralrl.config import RoleTokens
 from centralrl.harness import prompts as P
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.protocol import (
-    INVALID_CENTRAL_FEEDBACK, INVALID_SEARCH_FEEDBACK, parse_answer, parse_central, parse_note, parse_single_agent,
+    INVALID_CENTRAL_FEEDBACK, INVALID_SEARCH_FEEDBACK, PREFILL, parse_answer, parse_central, parse_note, parse_single_agent,
 )
 from centralrl.retrieval.base import Retriever
 from centralrl.schema import Question
@@ -90,10 +90,10 @@ def _generate(policy: RolePolicy, role: str, prompts: list[list[int]], budget: i
 
 
 def _central_turn(episodes: list[Episode], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int) -> None:
-    prompts = [policy.encode_chat(P.central_messages(e.question.question, e.notes, e.feedback)) for e in episodes]
+    prompts = [policy.encode_chat(P.central_messages(e.question.question, e.notes, e.feedback), PREFILL["central"]) for e in episodes]
     asks: list[tuple[Episode, str]] = []
     for episode, generation in zip(episodes, _generate(policy, "central", prompts, s.max_new_tokens.central, s, turn)):
-        action = parse_central(generation.text)
+        action = parse_central(PREFILL["central"] + generation.text)
         episode.record(policy, "central", turn, generation, action.kind != "invalid")
         episode.turns += 1
         episode.feedback = None
@@ -110,10 +110,11 @@ def _central_turn(episodes: list[Episode], policy: RolePolicy, retriever: Retrie
 
 def _delegate(asks: list[tuple[Episode, str]], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int) -> None:
     results = retriever.search([question for _, question in asks], s.top_k)
-    prompts = [policy.encode_chat(P.retrieval_messages(q, hits, s.passage_chars)) for (_, q), hits in zip(asks, results)]
+    prompts = [policy.encode_chat(P.retrieval_messages(q, hits, s.passage_chars), PREFILL["retrieval"])
+               for (_, q), hits in zip(asks, results)]
     generations = _generate(policy, "retrieval", prompts, s.max_new_tokens.retrieval, s, turn)
     for (episode, question), hits, generation in zip(asks, results, generations):
-        note, valid = parse_note(generation.text)
+        note, valid = parse_note(PREFILL["retrieval"] + generation.text)
         episode.record(policy, "retrieval", turn, generation, valid)
         episode.notes.append((question, note))
         episode.retrieved.append([hit.id for hit in hits])
@@ -128,9 +129,9 @@ def run_central(questions: Sequence[Question], policy: RolePolicy, retriever: Re
         _central_turn(live, policy, retriever, s, turn)
     for episode in episodes:
         episode.forced = not episode.concluded
-    prompts = [policy.encode_chat(P.conclusion_messages(e.question.question, e.notes)) for e in episodes]
+    prompts = [policy.encode_chat(P.conclusion_messages(e.question.question, e.notes), PREFILL["conclusion"]) for e in episodes]
     for episode, generation in zip(episodes, _generate(policy, "conclusion", prompts, s.max_new_tokens.conclusion, s)):
-        episode.prediction, valid = parse_answer(generation.text)
+        episode.prediction, valid = parse_answer(PREFILL["conclusion"] + generation.text)
         episode.record(policy, "conclusion", s.max_turns, generation, valid)
     return episodes
 
@@ -174,7 +175,7 @@ def _force_answers(episodes: list[Episode], base: dict[int, list[int]], policy: 
 
 def run_single_agent(questions: Sequence[Question], policy: RolePolicy, retriever: Retriever, s: RunSettings) -> list[Episode]:
     episodes = [Episode(q) for q in questions]
-    base = {id(e): policy.encode_chat(P.single_agent_messages(e.question.question)) for e in episodes}
+    base = {id(e): policy.encode_chat(P.single_agent_messages(e.question.question), PREFILL["agent"]) for e in episodes}
     for step in range(s.max_turns):
         live = [e for e in episodes if not e.concluded]
         if not live:

@@ -2,7 +2,7 @@
 
 The prompts follow the harness of the central-agent paper in spirit (a coordinator that plans sub-questions,
 a retrieval worker that reads passages, a conclusion worker that answers) and Search-R1's template for the
-single-agent reference; the wording is ours, kept short for small backbones, with one worked example each.
+single-agent reference; the wording is ours, kept short for small backbones. No worked examples: a 135M model copies their entities.
 """
 
 from __future__ import annotations
@@ -16,27 +16,22 @@ CENTRAL_SYSTEM = (
     "You coordinate a team that answers multi-hop questions. You cannot search yourself. Each turn, think "
     "briefly, then either ask the retrieval agent ONE focused sub-question or conclude when the notes answer "
     "the question.\n"
-    "Format: <think>reasoning</think><subquestion>question</subquestion> or <think>reasoning</think><conclude></conclude>\n"
-    "Example: Question: Where was the director of Blue Harbor born?\n"
-    "<think>First find the director.</think><subquestion>Who directed Blue Harbor?</subquestion>"
+    "Format: <think>reasoning</think><subquestion>question</subquestion> or <think>reasoning</think><conclude></conclude>"
 )
 RETRIEVAL_SYSTEM = (
     "You read passages and write a short evidence note that answers the sub-question, quoting the fact. If the "
     "passages do not answer it, say nothing relevant was found.\n"
-    "Format: <note>evidence</note>\n"
-    "Example: Sub-question: Who directed Blue Harbor?\n<note>Blue Harbor was directed by Ana Velo.</note>"
+    "Format: <note>evidence</note>"
 )
 CONCLUSION_SYSTEM = (
     "You answer a question from evidence notes. Reply with the shortest answer: a name, place, year or yes/no.\n"
-    "Format: <answer>answer</answer>\n"
-    "Example: Question: Where was Ana Velo born? Notes: Ana Velo was born in Porto.\n<answer>Porto</answer>"
+    "Format: <answer>answer</answer>"
 )
 SINGLE_AGENT_SYSTEM = (
     "Answer the question. Think inside <think> and </think> first. If you lack knowledge, search with "
     "<search>query</search> and the results come back inside <information> and </information>. You may "
     "search several times. When you know the answer, write it inside <answer> and </answer>, shortly, "
-    "without explanation.\n"
-    "Example: <think>I need the director.</think><search>Blue Harbor director</search>"
+    "without explanation."
 )
 
 

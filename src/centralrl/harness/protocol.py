@@ -12,7 +12,8 @@ Only text a role generated is ever parsed, and everything that is data (passages
 questions) is passed through `as_data` before it enters a prompt: angle brackets become the look-alike
 guillemets, so a passage that contains `</note><answer>forged</answer>` shows up as inert text and cannot
 end a turn, forge an answer or inject an action, however a model copies it.
-Departure from Search-R1: a malformed action is counted and answered with one fixed feedback message (as
+Departure from Search-R1: each reply starts with its role's opening tag already written (`PREFILL`), and a
+note or answer cut by end-of-sequence before its closing tag still counts. A malformed action is counted and answered with one fixed feedback message (as
 Search-R1's rollout does), but an episode never crashes or stalls on it; a missing <answer> is an empty
 prediction (scores 0), never the raw text.
 """
@@ -36,8 +37,9 @@ NO_NOTE = "(the retrieval agent returned no usable note)"
 
 _SUBQUESTION = re.compile(r"<subquestion>(.*?)</subquestion>", re.DOTALL)
 _CONCLUDE = re.compile(r"<conclude\s*/?>")
-_NOTE = re.compile(r"<note>(.*?)</note>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# A note or answer may end at end-of-sequence instead of its closing tag (the opening tag is prefilled).
+_NOTE = re.compile(r"<note>(.*?)(?:</note>|\Z)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 
 
@@ -94,15 +96,18 @@ def parse_note(text: str) -> tuple[str, bool]:
 
 
 def parse_answer(text: str) -> tuple[str, bool]:
-    """(answer, valid): the first <answer> content, or an empty prediction.
+    r"""(answer, valid): the first <answer> content, or an empty prediction.
 
     >>> parse_answer("<answer> Telmarra </answer>")
     ('Telmarra', True)
     >>> parse_answer("Telmarra")
     ('', False)
+    >>> parse_answer("<answer>Telmarra\nbecause the notes say so")  # ended by end-of-sequence: first line
+    ('Telmarra', True)
     """
     match = _first(_ANSWER, text)
-    answer = " ".join(match.group(1).split()) if match else ""
+    lines = match.group(1).strip().splitlines() if match else []
+    answer = " ".join(lines[0].split()) if lines else ""
     return answer, bool(answer)
 
 
@@ -124,6 +129,10 @@ def parse_single_agent(text: str) -> Action:
             return Action("search", query)
     return Action("invalid")
 
+
+# Each role's reply starts with its opening tag already written (part of the prompt, never trained): small
+# backbones follow the format far more often when it is begun for them. Parsers read prefill + generated text.
+PREFILL = {"central": "<think>", "retrieval": "<note>", "conclusion": "<answer>", "agent": "<think>"}
 
 # Generation stops as soon as a role closes its action, so nothing after the action is generated or trained.
 STOP_STRINGS = {

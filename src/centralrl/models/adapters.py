@@ -7,6 +7,7 @@ every trainable role uses one adapter named "shared" (as MMOA-RAG/JADE share par
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,27 +22,25 @@ from centralrl.errors import ConfigError
 SHARED = "shared"
 
 
-def role_adapters(trainable_roles: Iterable[str], sharing: str) -> dict[str, str | None]:
-    """Map every role to its adapter name, or None when it is frozen.
+def role_adapters(trainable_roles: Iterable[str], sharing: str, roles: Iterable[str] = ROLES) -> dict[str, str | None]:
+    """Map every role of a topology to its adapter name, or None when it is frozen.
 
     >>> role_adapters(["central"], "per_role")
     {'central': 'central', 'retrieval': None, 'conclusion': None}
     >>> role_adapters(["central", "conclusion"], "shared")
     {'central': 'shared', 'retrieval': None, 'conclusion': 'shared'}
     """
-    trainable = set(trainable_roles)
-    unknown = trainable - set(ROLES)
+    trainable, roles = set(trainable_roles), tuple(roles)
+    unknown = trainable - set(roles)
     if unknown:
-        raise ConfigError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
-    return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in ROLES}
+        raise ConfigError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(roles)}")
+    return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in roles}
 
 
 def adapters_of(model: PreTrainedModel) -> dict[str, str | None]:
-    """Role -> adapter for a model with loaded adapters: a role's own adapter, else the shared one, else frozen.
-    The single agent ("agent") uses the central adapter, as its policy is the one that decides."""
+    """Role -> adapter for a model with loaded adapters: a role's own adapter, else the shared one, else frozen."""
     names = set(model.peft_config) if isinstance(model, PeftModel) else set()
-    own = {role: role if role in names else SHARED if SHARED in names else None for role in ROLES}
-    return own | {"agent": own["central"]}
+    return {role: role if role in names else SHARED if SHARED in names else None for role in (*ROLES, "agent")}
 
 
 def _peft_config(cfg: LoraConfig) -> PeftLoraConfig:
@@ -89,7 +88,17 @@ def save_adapters(model: PreTrainedModel, directory: str | Path) -> list[str]:
         (top / names[0]).mkdir()
         for file in ("adapter_config.json", "adapter_model.safetensors"):
             (top / file).rename(top / names[0] / file)
+    for name in names:
+        _canonical_config(top / name / "adapter_config.json")
     return names
+
+
+def _canonical_config(path: Path) -> None:
+    """peft keeps target_modules as a set, so its saved order follows PYTHONHASHSEED; sort it (same bytes)."""
+    config = json.loads(path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool = False) -> PreTrainedModel:

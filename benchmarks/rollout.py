@@ -1,0 +1,109 @@
+"""Rollout benchmark: the batched episode runner against a one-episode-at-a-time loop and against raw
+`model.generate` on the same token counts, side by side in one run on the same questions.
+
+    python benchmarks/rollout.py --model models/backbone --index index --questions data/test.jsonl --n 16
+
+Figures: episodes/s and generated tokens/s of (a) the batched runner, (b) the same runner called with one
+question at a time, and (c) plain `model.generate` replaying the batched run's generation batches (same
+prompts, forced to the same number of new tokens per batch, no stop strings, no parsing, no retrieval).
+(a)/(c) is the harness's overhead; (a)/(b) what batching buys. Sampling (not greedy) so every question runs
+the same kind of work as in training. Writes the figures to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from centralrl.config import load_config
+from centralrl.harness.engine import RolePolicy
+from centralrl.harness.episodes import RunSettings, run_central
+from centralrl.io import read_jsonl, write_json
+from centralrl.models.backbone import load_backbone
+from centralrl.retrieval import open_retriever
+from centralrl.schema import Question
+
+FROZEN = {"central": None, "retrieval": None, "conclusion": None, "agent": None}
+
+
+def generated_tokens(episodes) -> int:
+    return sum(len(call.completion_ids) for episode in episodes for call in episode.calls)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+@torch.no_grad()
+def raw_generate(policy: RolePolicy, episodes, batch_size: int) -> tuple[int, float]:
+    """Replay every generation batch of the batched run with plain model.generate; return (tokens, seconds)."""
+    groups: dict[tuple[str, int], list] = {}
+    for episode in episodes:
+        for call in episode.calls:
+            groups.setdefault((call.role, call.turn), []).append(call)
+    tokens, seconds = 0, 0.0
+    pad = policy.tokenizer.pad_token_id
+    for calls in groups.values():
+        for start in range(0, len(calls), batch_size):
+            batch = calls[start : start + batch_size]
+            width = max(len(c.prompt_ids) for c in batch)
+            new = max(len(c.completion_ids) for c in batch)
+            ids = torch.tensor([[pad] * (width - len(c.prompt_ids)) + list(c.prompt_ids) for c in batch])
+            mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(c.prompt_ids) for c in batch])[:, None]).long()
+            _, took = timed(lambda: policy.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                                                          min_new_tokens=new, do_sample=True, top_k=0, pad_token_id=pad))
+            tokens += new * len(batch)
+            seconds += took
+    return tokens, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--model", default="models/backbone")
+    parser.add_argument("--index", default="index")
+    parser.add_argument("--questions", default="data/test.jsonl")
+    parser.add_argument("--n", type=int, default=16, help="questions (taken evenly across the file)")
+    parser.add_argument("--out", default="benchmarks/results/rollout.json")
+    args = parser.parse_args()
+
+    cfg = load_config(args.params)
+    questions = [Question.from_json(row, where) for where, row in read_jsonl(args.questions)]
+    questions = questions[:: max(1, len(questions) // args.n)][: args.n]
+    model, tokenizer = load_backbone(Path(args.model), cfg.model.dtype)
+    policy = RolePolicy(model, tokenizer, FROZEN, cfg.harness.batch_size)
+    retriever = open_retriever(cfg.retrieval, args.index)
+    h = cfg.harness
+    settings = RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=False,
+                           temperature=h.temperature, seed=cfg.seed)
+    torch.set_num_threads(os.cpu_count() or 1)
+
+    batched, batched_s = timed(lambda: run_central(questions, policy, retriever, settings))
+    single, single_s = timed(lambda: [e for q in questions for e in run_central([q], policy, retriever, settings)])
+    raw_tokens, raw_s = raw_generate(policy, batched, h.batch_size)
+    figures = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
+        "model": args.model, "questions": len(questions), "batch_size": h.batch_size, "max_turns": h.max_turns,
+        "batched": {"seconds": round(batched_s, 2), "episodes_per_s": round(len(questions) / batched_s, 4),
+                    "generated_tokens": generated_tokens(batched), "tokens_per_s": round(generated_tokens(batched) / batched_s, 2)},
+        "one_at_a_time": {"seconds": round(single_s, 2), "episodes_per_s": round(len(questions) / single_s, 4),
+                          "generated_tokens": generated_tokens(single), "tokens_per_s": round(generated_tokens(single) / single_s, 2)},
+        "raw_generate": {"seconds": round(raw_s, 2), "generated_tokens": raw_tokens, "tokens_per_s": round(raw_tokens / raw_s, 2)},
+    }
+    figures["batching_speedup_episodes"] = round(figures["batched"]["episodes_per_s"] / figures["one_at_a_time"]["episodes_per_s"], 2)
+    figures["harness_overhead"] = round(batched_s / raw_s, 2)
+    print(json.dumps(figures, indent=2))
+    write_json(args.out, figures)
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""GRPO over the harness: roll out G episodes per question, reward the final answer, update trainable roles.
+
+One step: sample `questions_per_step` training questions (seeded by step), run G sampled episodes each with
+the current adapters, reward each episode (`rewards.outcome_reward`), compute group-normalised advantages,
+and turn every call of a trainable role into a training sequence: its prompt ids (masked) and its completion
+ids (trained), all carrying the episode's advantage. Frozen roles' calls, prompts and retrieved passages never
+enter the loss. The loss per token is the clipped ratio objective plus beta * KL(k3) to the starting policy,
+whose log-probs come from the same model with adapters disabled (no second copy in memory); tokens are
+normalised over the whole batch (or per sequence), gradients clipped, AdamW with a LambdaLR schedule.
+
+Departures from DeepSeekMath's GRPO: one update per rollout batch (mu = 1, TRL's default): the old policy is
+the current one detached, so the ratio is 1 and the clip never binds (clip_fraction logs 0; the clipped
+objective is kept so a multi-epoch variant is a loop, not a new loss); a multi-agent episode contributes one
+sequence per trainable role call rather than one completion; the reward is token F1 (Search-R1 uses EM).
+
+Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, and the
+torch/python/numpy generator states) is written atomically to `state_dir/step-<n>`; a restarted run loads the
+newest one. Every draw of a step derives from (seed, step), so a resumed run ends byte-identical to an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from peft import set_peft_model_state_dict
+from safetensors.torch import load_file
+from torch.nn.utils import clip_grad_norm_
+
+from centralrl.config import Config, GrpoConfig
+from centralrl.harness.engine import RolePolicy
+from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
+from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
+from centralrl.models.adapters import save_adapters
+from centralrl.retrieval.base import Retriever
+from centralrl.rl.grpo import group_advantages, grpo_loss, lr_multiplier, token_logprobs
+from centralrl.rl.rewards import outcome_reward
+from centralrl.schema import Question
+from centralrl.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One trainable role call: the sequence, where its completion starts, its adapter and advantage."""
+
+    adapter: str
+    ids: tuple[int, ...]
+    completion_start: int
+    advantage: float
+
+    @property
+    def trained_tokens(self) -> int:
+        return len(self.ids) - self.completion_start
+
+
+def episode_rewards(episodes: Sequence[Episode], cfg: Config) -> list[float]:
+    r = cfg.train.reward
+    return [outcome_reward(e.prediction, e.question.golden_answers, r.metric, all(c.valid for c in e.calls), r.format_weight)
+            for e in episodes]
+
+
+def training_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Sample]:
+    """Every call made with an adapter (a trainable role), carrying its episode's advantage."""
+    return [Sample(call.adapter, call.prompt_ids + call.completion_ids, len(call.prompt_ids), advantage)
+            for episode, advantage in zip(episodes, advantages) for call in episode.calls
+            if call.adapter is not None and call.completion_ids]
+
+
+def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, L], attention mask [B, L], and the loss mask over predicted tokens [B, L-1]."""
+    width = max(len(s.ids) for s in samples)
+    ids = torch.full((len(samples), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(samples), width - 1))
+    for row, sample in enumerate(samples):
+        ids[row, : len(sample.ids)] = torch.tensor(sample.ids)
+        attention[row, : len(sample.ids)] = 1
+        loss_mask[row, sample.completion_start - 1 : len(sample.ids) - 1] = 1.0  # position t predicts token t+1
+    return ids.to(device), attention.to(device), loss_mask.to(device)
+
+
+def _logprobs(model, ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+    return token_logprobs(logits, ids[:, 1:], temperature)
+
+
+def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int) -> dict[str, float]:
+    """Accumulate the GRPO loss over micro-batches, grouped by adapter, with one global normaliser."""
+    device = next(model.parameters()).device
+    denominator = float(sum(s.trained_tokens for s in samples)) if g.loss_normalization == "token" else float(len(samples))
+    totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "tokens": 0.0}
+    for adapter in sorted({s.adapter for s in samples}):
+        group = [s for s in samples if s.adapter == adapter]
+        model.set_adapter(adapter)
+        for start in range(0, len(group), g.micro_batch_size):
+            batch = group[start : start + g.micro_batch_size]
+            ids, attention, mask = _padded(batch, pad, device)
+            reference = None
+            if g.kl_coef:  # the starting policy is this model with its adapters off: no second copy in memory
+                with torch.no_grad(), model.disable_adapter():
+                    reference = _logprobs(model, ids, attention, temperature)
+            logp = _logprobs(model, ids, attention, temperature)
+            advantages = torch.tensor([s.advantage for s in batch], device=device)
+            loss, stats = grpo_loss(logp, logp.detach(), reference, advantages, mask, g.clip_eps, g.kl_coef,
+                                    g.loss_normalization, denominator)
+            loss.backward()
+            tokens = float(mask.sum())
+            totals["loss"] += float(loss.detach())
+            totals["clip_fraction"] += stats["clip_fraction"] * tokens
+            totals["kl"] += stats["kl"] * tokens
+            totals["tokens"] += tokens
+    return {"loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / max(totals["tokens"], 1.0),
+            "kl": totals["kl"] / max(totals["tokens"], 1.0)}
+
+
+@dataclass
+class Trainer:
+    """Everything one arm's GRPO run holds; `run` takes it from its current step to `grpo.steps`."""
+
+    cfg: Config
+    policy: RolePolicy
+    retriever: Retriever
+    questions: list[Question]
+    topology: str
+    seed: int
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        g = self.cfg.train.grpo
+        self.parameters = [p for name, p in sorted(self.policy.model.named_parameters()) if "lora_" in name]
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=g.learning_rate, weight_decay=g.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps))
+
+    def settings(self) -> RunSettings:
+        h = self.cfg.harness
+        return RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, self.cfg.retrieval.top_k, greedy=False,
+                           temperature=h.temperature, seed=derive_seed(self.seed, "rollout", self.step))
+
+    def batch(self) -> list[Question]:
+        g = self.cfg.train.grpo
+        chosen = random.Random(derive_seed(self.seed, "questions", self.step)).sample(self.questions, g.questions_per_step)
+        return [q for q in chosen for _ in range(g.group_size)]
+
+    def rollout(self) -> list[Episode]:
+        self.policy.model.eval()
+        return TOPOLOGIES[self.topology](self.batch(), self.policy, self.retriever, self.settings())
+
+    def rewards(self, episodes: Sequence[Episode]) -> torch.Tensor:
+        """Rewards as [questions, G], the layout `group_advantages` normalises over."""
+        g = self.cfg.train.grpo
+        return torch.tensor(episode_rewards(episodes, self.cfg)).view(g.questions_per_step, g.group_size)
+
+    def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
+        """Advantages, one accumulated update of every trainable adapter, optimizer and schedule step."""
+        g = self.cfg.train.grpo
+        started = time.perf_counter()
+        advantages = group_advantages(rewards, g.normalize_std, g.eps).flatten().tolist()
+        samples = training_samples(episodes, advantages)
+        self.policy.model.train()
+        stats = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id) if samples else {}
+        grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if samples else 0.0
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy.model.eval()
+        self.step += 1
+        stats |= {"grad_norm": grad_norm, "learning_rate": self.scheduler.get_last_lr()[0],
+                  "update_seconds": time.perf_counter() - started}
+        return step_metrics(episodes, rewards, samples, stats)
+
+    def train_step(self) -> dict[str, float]:
+        episodes = self.rollout()
+        return self.learn(episodes, self.rewards(episodes))
+
+    def checkpoint_due(self) -> bool:
+        g = self.cfg.train.grpo
+        return self.step % g.checkpoint_every == 0 or self.step == g.steps
+
+    def state(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
+    """What a step logs: reward, F1, the update's statistics, and generated / trained tokens per role."""
+    metrics = {
+        "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+        "f1": sum(outcome_reward(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
+        # mean negative log-prob of the sampled tokens of trainable roles: a one-sample entropy estimate
+        "entropy": -float(np.mean([lp for e in episodes for c in e.calls if c.adapter for lp in c.logprobs] or [0.0])),
+        **{k: float(v) for k, v in stats.items()},
+    }
+    for role in sorted({c.role for e in episodes for c in e.calls}):
+        metrics[f"generated_tokens.{role}"] = float(sum(len(c.completion_ids) for e in episodes for c in e.calls if c.role == role))
+    for adapter in sorted({s.adapter for s in samples}):
+        metrics[f"trained_tokens.{adapter}"] = float(sum(s.trained_tokens for s in samples if s.adapter == adapter))
+    return metrics
+
+
+def save_state(trainer: Trainer, state_dir: Path, history: Sequence[dict] = ()) -> None:
+    """Write step-<n>/ atomically (with the metrics history so far), then remove older steps."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
+        save_adapters(trainer.policy.model, tmp / "adapters")
+        torch.save(trainer.state(), tmp / "trainer.pt")
+        write_jsonl(tmp / "history.jsonl", history)
+        write_json(tmp / "meta.json", {"step": trainer.step})
+    for old in sorted(state_dir.glob("step-*"))[:-1]:
+        shutil.rmtree(old)
+
+
+def latest_state(state_dir: Path) -> Path | None:
+    done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
+    return done[-1] if done else None
+
+
+def restore(trainer: Trainer, checkpoint: Path) -> list[dict]:
+    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the history."""
+    model = trainer.policy.model
+    for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
+        # copied in place, so the optimizer keeps pointing at the same parameter tensors
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"), adapter_name=folder.name)
+    state = torch.load(checkpoint / "trainer.pt", weights_only=False)
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    trainer.step = int(read_json(checkpoint / "meta.json")["step"])
+    return [row for _, row in read_jsonl(checkpoint / "history.jsonl")]

@@ -1,0 +1,49 @@
+"""Stage `warmstart`: the backbone -> the starting checkpoint every arm shares (optional supervised cold start).
+
+With `warmstart.enabled`, the first `warmstart.questions` training questions that have a decomposition (taken
+round-robin over benchmarks; the synthetic world and MuSiQue provide decompositions) become oracle traces:
+the role calls a perfect harness makes, with the harness's own prompts and the passages the index returns.
+One LoRA adapter shared by all roles is trained on the traces' target tokens and merged into the weights;
+the merged model and tokenizer are written to --out in the backbone layout (load_backbone reads it).
+Disabled, --out is a byte-for-byte copy of --model, so later stages always read the same path.
+Same inputs and params, same bytes. See centralrl.rl.warmstart for the trace format and the departures.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from centralrl.config import load_config
+from centralrl.io import write_json
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
+    parser.add_argument("--index", required=True, help="input: index directory (build_index); unused when disabled")
+    parser.add_argument("--train", required=True, help="input: training questions (JSONL); unused when disabled")
+    parser.add_argument("--out", required=True, help="output: the starting checkpoint directory (backbone layout)")
+    parser.add_argument("--metrics", required=True, help="output: questions, traces, trained tokens, losses, seconds, "
+                        "content hash (JSON)")
+    args = parser.parse_args(argv)
+
+    from centralrl.rl.warmstart import warmstart
+
+    metrics = warmstart(load_config(args.params), Path(args.model), Path(args.index), Path(args.train), Path(args.out),
+                        log=print)
+    write_json(args.metrics, metrics)
+    if metrics["enabled"]:
+        print(f"warmstart: {metrics['questions']} questions, {metrics['traces']} traces, {metrics['trained_tokens']} "
+              f"trained tokens, loss {metrics['first_loss']:.3f} -> {metrics['last_loss']:.3f} in "
+              f"{metrics['seconds']:.0f}s -> {args.out}")
+    else:
+        print(f"warmstart: disabled, backbone copied unchanged -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

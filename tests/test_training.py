@@ -1,0 +1,227 @@
+"""GRPO training on the smoke profile: which weights move per arm, resume byte for byte, reward rises."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from centralrl.config import load_config
+from centralrl.models.backbone import content_sha256, prepare_backbone
+from stages import build_index, prepare_data
+
+from conftest import REPO, write_params
+
+
+# The smoke world's questions give a random tiny model no reward at all (every group all zeros, so GRPO has
+# nothing to follow). These tests train on a toy task the random model scores on about half the time: answer
+# with one word from the first half of the alphabet (the conclusion writes one token). LoRA also adapts
+# lm_head: a random tiny Qwen2's hidden states are too weak to move its near-uniform output otherwise.
+TOY = {
+    "harness": {"max_turns": 1, "max_new_tokens": {"central": 4, "retrieval": 4, "conclusion": 1, "agent": 4}},
+    "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj", "lm_head"]},
+    "train": {"grpo": {"steps": 2, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
+}
+
+
+def toy_questions(tokenizer, n: int = 16) -> list:
+    from centralrl.metrics import normalize_answer
+    from centralrl.schema import Question
+
+    words = {normalize_answer(tokenizer.decode([i])) for i in range(len(tokenizer))}
+    first_half = tuple(sorted(w for w in words if w.isalpha() and w[0] < "n"))
+    return [Question(f"toy/{i}", f"Name a word from the first half of the alphabet ({i}).", first_half, "toy", "train")
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, prefect_server):
+    """Smoke data and index, the tiny backbone as the starting checkpoint, toy training questions, sqlite MLflow."""
+    from centralrl.io import write_jsonl
+    from centralrl.models.backbone import load_backbone
+
+    folder = tmp_path_factory.mktemp("smoke")
+    params = write_params(folder, {"tracking": {"uri": f"sqlite:///{folder}/mlflow.db"}, **TOY})
+    data = {name: folder / f"{name}.jsonl" for name in ("train", "test", "corpus")}
+    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={folder}/d.json"])
+    build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
+                      "--index", str(folder / "index"), "--metrics", str(folder / "r.json")])
+    prepare_backbone(load_config(params).model, folder / "start")
+    data["train"] = folder / "toy.jsonl"
+    write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(folder / "start")[1])))
+    return folder, params, data
+
+
+def train(folder: Path, params: Path, data: dict, arm: str, out: str) -> dict[str, Path]:
+    from stages import train as train_stage
+
+    paths = {"adapters": folder / out / "adapters", "state": folder / out / "state",
+             "history": folder / out / "history.jsonl", "metrics": folder / out / "metrics.json"}
+    train_stage.main(["--params", str(params), "--arm", arm, "--model", str(folder / "start"),
+                      "--index", str(folder / "index"), "--train", str(data["train"]),
+                      *[f"--{k}={v}" for k, v in paths.items()]])
+    return paths
+
+
+def adapter_weights(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
+    return {p.name: load_file(p / "adapter_model.safetensors") for p in sorted(folder.iterdir()) if p.is_dir()}
+
+
+def fresh_adapter_weights(folder: Path, params: Path, arm: str) -> dict[str, dict[str, torch.Tensor]]:
+    """What the arm's adapters are before any step: the same seeded initialisation the trainer uses."""
+    from centralrl.config import TOPOLOGY_ROLES
+    from centralrl.models.adapters import attach_adapters, role_adapters, save_adapters
+    from centralrl.models.backbone import load_backbone
+    from centralrl.seeding import derive_seed
+
+    cfg = load_config(params)
+    spec = cfg.arms[arm]
+    model, _ = load_backbone(folder / "start")
+    torch.manual_seed(derive_seed(cfg.seed, "lora-init"))
+    model = attach_adapters(model, role_adapters(spec.trainable_roles, cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology]), cfg.lora)
+    save_adapters(model, folder / f"init-{arm}")
+    return adapter_weights(folder / f"init-{arm}")
+
+
+def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> bool:
+    assert before.keys() == after.keys()
+    return any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_central_only_trains_the_central_adapter_and_nothing_else(smoke_run):
+    folder, params, data = smoke_run
+    start_hash = content_sha256(folder / "start")
+    paths = train(folder, params, data, "central_only", "central_only")
+    trained = adapter_weights(paths["adapters"])
+    assert list(trained) == ["central"]  # retrieval and conclusion have no adapter: they run the start checkpoint
+    assert changed(fresh_adapter_weights(folder, params, "central_only")["central"], trained["central"])
+    assert content_sha256(folder / "start") == start_hash  # every base weight unchanged
+
+
+class ScriptedSampler:
+    """Stands in for sampling from a language model (the outside boundary) so that every role acts: the central
+    agent delegates (max_turns 1, so the conclusion is then forced), the conclusion answers right in every other episode. The update
+    itself runs the real tiny model with its real adapters."""
+
+    def __init__(self, right: str, wrong: str):
+        self.right, self.wrong, self.calls = right, wrong, 0
+
+    def __call__(self, role: str, prompt: str) -> str:
+        self.calls += 1
+        if role == "central":
+            return "plan</think><conclude></conclude>" if "Note:" in prompt else "plan</think><subquestion>Which word?</subquestion>"
+        if role == "retrieval":
+            return "nothing relevant</note>"
+        return (self.right if self.calls % 2 else self.wrong) + "</answer>"
+
+
+def test_joint_trains_all_three_adapters(smoke_run):
+    from centralrl.harness.engine import Generation, RolePolicy
+    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.models.backbone import load_backbone
+    from centralrl.retrieval import open_retriever
+    from centralrl.rl.trainer import Trainer
+
+    folder, params, _ = smoke_run
+    cfg = load_config(params)
+    model, tokenizer = load_backbone(folder / "start")
+    adapters = role_adapters(["central", "retrieval", "conclusion"], "per_role")
+    model = attach_adapters(model, adapters, cfg.lora)
+    questions = toy_questions(tokenizer)
+    script = ScriptedSampler(right=questions[0].golden_answers[0], wrong="zebra")
+
+    class Scripted(RolePolicy):
+        def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):
+            texts = [script(role, self.tokenizer.decode(p)) for p in prompts]
+            ids = [tuple(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+            return [Generation(tuple(p), i, tuple(0.0 for _ in i), self.tokenizer.decode(i)) for p, i in zip(prompts, ids)]
+
+    policy = Scripted(model, tokenizer, adapters)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = Trainer(cfg, policy, open_retriever(cfg.retrieval, folder / "index"), questions, "central", seed=0)
+    metrics = trainer.train_step()
+    assert metrics["reward_std"] > 0
+    for role in ("central", "retrieval", "conclusion"):
+        moved = [n for n, p in model.named_parameters() if f".{role}." in n and not torch.equal(before[n], p)]
+        assert moved, f"the {role} adapter did not change"
+        assert metrics[f"trained_tokens.{role}"] > 0
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if "lora_" not in n)
+
+
+def test_reference_arm_trains_nothing(smoke_run):
+    folder, params, data = smoke_run
+    paths = train(folder, params, data, "base", "base")
+    assert adapter_weights(paths["adapters"]) == {}
+    assert (paths["adapters"] / "arm.json").is_file()
+
+
+def _stage_command(folder: Path, params: Path, data: dict, out: str) -> list[str]:
+    return [sys.executable, "-m", "stages.train", "--params", str(params), "--arm", "joint",
+            "--model", str(folder / "start"), "--index", str(folder / "index"), "--train", str(data["train"]),
+            "--adapters", str(folder / out / "adapters"), "--state", str(folder / out / "state"),
+            "--history", str(folder / out / "history.jsonl"), "--metrics", str(folder / out / "metrics.json")]
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
+    folder, _, data = smoke_run
+    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
+                                     "train": {"grpo": {"steps": 4, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}}})
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    subprocess.run(_stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True)
+
+    interrupted = subprocess.Popen(_stage_command(folder, params, data, "killed"), env=env, cwd=REPO,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    state = folder / "killed" / "state"
+    deadline = time.time() + 300
+    while not list(state.glob("step-*/meta.json")) and interrupted.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(interrupted.pid, signal.SIGKILL)
+    interrupted.wait()
+    saved = sorted(state.glob("step-*"))
+    assert saved and saved[-1].name < "step-000004", "the run finished before it could be killed"
+    assert not (folder / "killed" / "adapters").exists()
+
+    resumed = subprocess.run(_stage_command(folder, params, data, "killed"), check=True, env=env, cwd=REPO,
+                             capture_output=True, text=True)
+    assert "'resumed_from_step': 0" not in resumed.stdout
+    assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
+    assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
+    initial = fresh_adapter_weights(folder, params, "joint")
+    assert changed(initial["central"], adapter_weights(folder / "killed" / "adapters")["central"])  # it did learn
+
+
+def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp_path):
+    """A conclusion-only arm (arms are data) on the toy task. Measured here: mean reward 0.59, 0.38, 0.56 in the
+    first three steps, 1.0 from the fifth on."""
+    from centralrl.harness.engine import RolePolicy
+    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.models.backbone import load_backbone
+    from centralrl.retrieval.bm25 import Bm25sIndex
+    from centralrl.rl.trainer import Trainer
+    from centralrl.schema import Passage
+
+    model, tokenizer = load_backbone(tiny_backbone)
+    params = write_params(tmp_path, {**TOY, "train": {"grpo": {
+        "steps": 6, "questions_per_step": 4, "group_size": 8, "learning_rate": 0.05, "kl_coef": 0.0}}})
+    cfg = load_config(params)
+    adapters = role_adapters(["conclusion"], "per_role")
+    torch.manual_seed(0)
+    policy = RolePolicy(attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, 32)
+    index = Bm25sIndex.build([Passage("p", "Nothing", "nothing to find here")], 1.2, 0.75, True)
+    trainer = Trainer(cfg, policy, index, toy_questions(tokenizer), "central", seed=0)
+    rewards = [trainer.train_step()["reward_mean"] for _ in range(6)]
+    print("mean reward per step:", [round(r, 3) for r in rewards])
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.25, rewards
