@@ -94,7 +94,8 @@ def training_flow(params_path: str, arm: str, model_dir: str, index_dir: str, tr
         while trainer.step < cfg.train.grpo.steps:
             episodes = rollout(trainer)
             metrics = update(trainer, episodes, reward(trainer, episodes))
-            history.append({"step": trainer.step, **metrics})
+            # timings go to MLflow only: history.jsonl is a DVC output and must be the same bytes on a rerun
+            history.append({"step": trainer.step, **{k: v for k, v in metrics.items() if not k.endswith("_seconds")}})
             tracker.log_metrics(metrics, step=trainer.step)
             if trainer.checkpoint_due():
                 checkpoint(trainer, state_dir, history)
@@ -102,14 +103,16 @@ def training_flow(params_path: str, arm: str, model_dir: str, index_dir: str, tr
     with atomic_directory(adapters_dir) as tmp:
         save_adapters(trainer.policy.model, tmp)
         write_json(tmp / "arm.json", {"arm": arm, "trainable_roles": spec.trainable_roles, "steps": trainer.step})
-    summary = _summary(arm, history, resumed_from, time.perf_counter() - started)
+    summary = _summary(arm, history)
     write_json(metrics_path, summary)
+    print(f"train@{arm}: resumed from step {resumed_from}, {time.perf_counter() - started:.0f}s in this run")
     return summary
 
 
-def _summary(arm: str, history: list[dict], resumed_from: int, seconds: float) -> dict:
-    last = history[-1] if history else {}
-    trained = {key: sum(row.get(key, 0.0) for row in history) for key in sorted({k for row in history for k in row}) if key.startswith("trained_tokens.")}
-    return {"arm": arm, "steps": len(history), "resumed_from_step": resumed_from, "seconds_this_run": round(seconds, 2),
-            "final_reward_mean": last.get("reward_mean"), "first_reward_mean": history[0]["reward_mean"] if history else None,
-            **trained}
+def _summary(arm: str, history: list[dict]) -> dict:
+    """What the arm's training did, from its per-step history (no wall-clock: same bytes on every rerun)."""
+    totals = sorted({key for row in history for key in row if key.startswith(("trained_tokens.", "generated_tokens."))})
+    return {"arm": arm, "steps": len(history),
+            "first_reward_mean": history[0]["reward_mean"] if history else None,
+            "final_reward_mean": history[-1]["reward_mean"] if history else None,
+            **{key: sum(row.get(key, 0.0) for row in history) for key in totals}}

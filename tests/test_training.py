@@ -196,7 +196,7 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
 
     resumed = subprocess.run(_stage_command(folder, params, data, "killed"), check=True, env=env, cwd=REPO,
                              capture_output=True, text=True)
-    assert "'resumed_from_step': 0" not in resumed.stdout
+    assert "resumed from step 0," not in resumed.stdout
     assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
     assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
     initial = fresh_adapter_weights(folder, params, "joint")
