@@ -68,7 +68,8 @@ def raw_generate(policy: RolePolicy, episodes, batch_size: int) -> tuple[int, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--model", default="models/backbone")
+    parser.add_argument("--backbone", default="small", help="a key of `models` in params (its dtype)")
+    parser.add_argument("--model", default="models/small/backbone")
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/test.jsonl")
     parser.add_argument("--n", type=int, default=16, help="questions (taken evenly across the file)")
@@ -78,12 +79,12 @@ def main() -> None:
     cfg = load_config(args.params)
     questions = [Question.from_json(row, where) for where, row in read_jsonl(args.questions)]
     questions = questions[:: max(1, len(questions) // args.n)][: args.n]
-    model, tokenizer = load_backbone(Path(args.model), cfg.model.dtype)
+    model, tokenizer = load_backbone(Path(args.model), cfg.backbone(args.backbone).dtype)
     policy = RolePolicy(model, tokenizer, FROZEN, cfg.harness.batch_size)
     retriever = open_retriever(cfg.retrieval, args.index)
     h = cfg.harness
     settings = RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=False,
-                           temperature=h.temperature, seed=cfg.seed)
+                           temperature=h.temperature, seed=cfg.seeds[0])
     torch.set_num_threads(os.cpu_count() or 1)
 
     batched, batched_s = timed(lambda: run_central(questions, policy, retriever, settings))

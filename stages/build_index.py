@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from stages.cli import stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser = stage_parser(__doc__)
     parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
     parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
     parser.add_argument("--index", required=True, help="output: index directory")

@@ -1,32 +1,75 @@
-"""Stage `compare`: every arm's evaluation records -> a comparison table (DVC metrics) and a markdown report."""
+"""Stage `compare`: every cell's evaluation records and training cuts -> statistics, the verdict on the claim
+(DVC metrics), and the report (markdown, HTML, plots), also logged to MLflow under the experiment's parent run.
+
+Where each cell's files are comes from patterns in dvc.yaml ({backbone}, {arm}, {seed}, {budget}, {reference}),
+filled in for every cell the params name; a missing file is an error that names the stage to run.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from centralrl.compare import comparison, report
-from centralrl.config import load_config
-from centralrl.io import atomic_write, read_json, read_jsonl, write_json
+from centralrl.compare import comparison
+from centralrl.config import Config, load_config
+from centralrl.errors import DataError
+from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
+from centralrl.report import write_report
+from centralrl.tracking import cell_tags, open_tracker
+from stages.cli import stage_parser
+
+
+def _rows(path: Path, stage: str) -> list[dict]:
+    if not path.is_file():
+        raise DataError(f"{path} not found: run `dvc repro {stage}` first")
+    return [row for _, row in read_jsonl(path)]
+
+
+def _json(path: Path, stage: str):
+    if not path.is_file():
+        raise DataError(f"{path} not found: run `dvc repro {stage}` first")
+    return read_json(path)
+
+
+def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict, dict]:
+    """records, reference records, budget cuts and histories, keyed backbone -> arm/reference -> seed -> budget."""
+    records, references, cuts, histories = {}, {}, {}, {}
+    for b in cfg.backbones:
+        stage = lambda arm, seed: f"evaluate@{arm}-{seed}-{b}"  # noqa: E731
+        records[b] = {arm: {s: {budget: _rows(Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)), stage(arm, s))
+                                for budget in cfg.budgets} for s in cfg.seeds} for arm in cfg.arms}
+        references[b] = {ref: _rows(Path(args.reference_records.format(backbone=b, reference=ref)), f"evaluate_reference@{ref}-{b}")
+                         for ref in cfg.references}
+        cuts[b] = {arm: {s: _json(Path(args.budgets.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
+                         for s in cfg.seeds} for arm in cfg.arms}
+        histories[b] = {arm: {s: _rows(Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
+                              for s in cfg.seeds} for arm in cfg.arms}
+    return records, references, cuts, histories
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--evals", required=True, help="input: folder with <arm>/records.jsonl per arm")
-    parser.add_argument("--training", required=True, help="input: folder with <arm>.json training summaries")
-    parser.add_argument("--metrics", required=True, help="output: the comparison table (JSON)")
-    parser.add_argument("--report", required=True, help="output: the comparison as markdown")
+    parser = stage_parser(__doc__)
+    parser.add_argument("--records", required=True, help="input pattern: a trained cell's records per budget")
+    parser.add_argument("--reference-records", required=True, help="input pattern: a reference's records")
+    parser.add_argument("--budgets", required=True, help="input pattern: a trained cell's budget cuts (budgets.json)")
+    parser.add_argument("--history", required=True, help="input pattern: a trained cell's per-step history")
+    parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
+    parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
     args = parser.parse_args(argv)
 
     cfg = load_config(args.params)
-    records = {arm: [row for _, row in read_jsonl(Path(args.evals) / arm / "records.jsonl")] for arm in cfg.arms}
-    training = {arm: read_json(Path(args.training) / f"{arm}.json") for arm in cfg.arms}
-    table = comparison(records)
-    write_json(args.metrics, table)
-    with atomic_write(args.report) as handle:
-        handle.write(report(table, training, cfg.profile))
-    print(report(table, training, cfg.profile))
+    records, references, cuts, histories = load_cells(cfg, args)
+    result = comparison(cfg, records, references, cuts)
+    write_json(args.metrics, result)
+    with atomic_directory(args.report) as tmp:
+        write_report(result, histories, cfg.profile, tmp)
+    tracker = open_tracker(cfg.tracking)
+    with tracker.run("compare", cell_tags(cfg, stage="compare"), parent=cfg):
+        for path in sorted(Path(args.report).iterdir()):
+            tracker.log_artifact(path)
+    verdicts = {f"{b}/{budget}/{m}": c["claim"][m]["verdict"] for b, bb in result["backbones"].items()
+                for budget, c in bb["budgets"].items() for m in ("f1", "acc")}
+    print(f"compare: {Path(args.report) / 'report.md'}; verdicts {verdicts}")
 
 
 if __name__ == "__main__":

@@ -1,29 +1,38 @@
-"""Stage `evaluate@<arm>`: run the Prefect flow `evaluate-harness` for one arm (greedy, every test question)."""
+"""Stage `evaluate@<arm>-<seed>-<backbone>` (every budget cut of a trained cell) or
+`evaluate_reference@<reference>-<backbone>` (an untrained harness): the Prefect flow `evaluate-harness`,
+greedy, on every test question."""
 
 from __future__ import annotations
 
-import argparse
+from stages.cli import stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
-    parser.add_argument("--arm", required=True, help="a key of `arms` in params (base, single_agent, central_only, ...)")
+    parser = stage_parser(__doc__)
+    parser.add_argument("--backbone", required=True, help="a key of `models` in params")
     parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
-    parser.add_argument("--adapters", required=True, help="input: the arm's adapters (train@<arm>; none for a reference)")
     parser.add_argument("--index", required=True, help="input: index directory (build_index)")
     parser.add_argument("--questions", required=True, help="input: evaluation questions (JSONL)")
-    parser.add_argument("--records", required=True, help="output: one JSON line per question")
-    parser.add_argument("--transcripts", required=True, help="output: markdown table and readable transcripts")
-    parser.add_argument("--metrics", required=True, help="output: EM/F1/Acc per benchmark and macro-average (JSON)")
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--reference", help="a key of `references`: evaluate the untrained harness")
+    who.add_argument("--arm", help="a key of `arms`: evaluate every budget cut of its training (with --seed)")
+    parser.add_argument("--seed", type=int, help="with --arm: the training seed")
+    parser.add_argument("--adapters", help="with --arm: input, the cell's adapters, one folder per budget (train)")
+    parser.add_argument("--budgets", help="with --arm: input, where each budget cut the run (train)")
+    parser.add_argument("--out", required=True, help="output: records.jsonl and transcripts.md (per budget for an arm)")
+    parser.add_argument("--metrics", required=True, help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)")
     args = parser.parse_args(argv)
+    if args.arm and None in (args.seed, args.adapters, args.budgets):
+        parser.error("--arm needs --seed, --adapters and --budgets")
 
     from flows.evaluation import evaluation_flow
 
-    table = evaluation_flow(args.params, args.arm, args.model, args.adapters, args.index, args.questions, args.records,
-                            args.transcripts, args.metrics)
-    macro = table["macro"]
-    print(f"evaluate@{args.arm}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc {macro['acc']:.4f}")
+    results = evaluation_flow(args.params, args.backbone, args.model, args.index, args.questions, args.out, args.metrics,
+                              reference=args.reference, arm=args.arm, seed=args.seed, adapters_dir=args.adapters,
+                              budgets_path=args.budgets)
+    for name, result in ({args.reference: results} if args.reference else results).items():
+        macro = result["scores"]["macro"]
+        print(f"evaluate {name}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc {macro['acc']:.4f}")
 
 
 if __name__ == "__main__":

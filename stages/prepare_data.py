@@ -6,16 +6,14 @@ so a bad row anywhere leaves the previous outputs untouched.
 
 from __future__ import annotations
 
-import argparse
-
 from centralrl.config import load_config
 from centralrl.data.prepare import collect, counts
 from centralrl.io import write_json, write_jsonl
+from stages.cli import stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser = stage_parser(__doc__)
     parser.add_argument("--train", required=True, help="output: training questions (JSONL)")
     parser.add_argument("--test", required=True, help="output: evaluation questions (JSONL)")
     parser.add_argument("--corpus", required=True, help="output: passages (JSONL: id, title, text)")

@@ -1,4 +1,4 @@
-"""Stage `warmstart`: the backbone -> the starting checkpoint every arm shares (optional supervised cold start).
+"""Stage `warmstart@<backbone>`: the backbone -> the starting checkpoint every arm shares (optional supervised cold start).
 
 With `warmstart.enabled`, the first `warmstart.questions` training questions that have a decomposition (taken
 round-robin over benchmarks; the synthetic world and MuSiQue provide decompositions) become oracle traces:
@@ -11,19 +11,16 @@ Same inputs and params, same bytes. See centralrl.rl.warmstart for the trace for
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.io import write_json
+from stages.cli import stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser = stage_parser(__doc__)
+    parser.add_argument("--backbone", required=True, help="a key of `models` in params (its dtype is used)")
     parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
     parser.add_argument("--index", required=True, help="input: index directory (build_index); unused when disabled")
     parser.add_argument("--train", required=True, help="input: training questions (JSONL); unused when disabled")
@@ -34,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from centralrl.rl.warmstart import warmstart
 
-    metrics = warmstart(load_config(args.params), Path(args.model), Path(args.index), Path(args.train), Path(args.out),
+    metrics = warmstart(load_config(args.params), args.backbone, Path(args.model), Path(args.index), Path(args.train), Path(args.out),
                         log=print)
     # wall-clock time is printed, not written: a DVC metrics file must be the same bytes on every rerun
     write_json(args.metrics, {key: value for key, value in metrics.items() if key != "seconds"})

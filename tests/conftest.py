@@ -38,14 +38,15 @@ def realqa_dir() -> Path:
 def write_params(folder: Path, overrides: dict | None = None, profile: str = "smoke") -> Path:
     """Copy params.yaml and profiles/ into `folder`, select `profile`, merge `overrides` (into the profile
     too, which would otherwise win); return the params path."""
-    from centralrl.config import deep_merge
+    from centralrl.config import MATRIX_AXES, deep_merge
 
     shutil.copytree(REPO / "profiles", folder / "profiles", dirs_exist_ok=True)
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw = deep_merge(raw, {"profile": profile, **(overrides or {})})
     overlay = folder / "profiles" / f"{profile}.yaml"
-    if overrides and overlay.is_file():  # the profile wins over params.yaml, so the overrides go there too
-        overlay.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(overlay.read_text()) or {}, overrides), sort_keys=False))
+    in_profile = {k: v for k, v in (overrides or {}).items() if k not in MATRIX_AXES}  # axes live in params.yaml only
+    if in_profile and overlay.is_file():  # the profile wins over params.yaml, so the overrides go there too
+        overlay.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(overlay.read_text()) or {}, in_profile), sort_keys=False))
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

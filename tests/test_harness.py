@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from centralrl.compute import PhaseClock
 from centralrl.config import LoraConfig, RoleTokens
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.episodes import RunSettings, run_central, run_single_agent
@@ -36,6 +37,7 @@ class ScriptedPolicy(RolePolicy):
 
     def __init__(self, tokenizer, script):
         self.tokenizer, self.adapters, self.script, self.prompts = tokenizer, dict(FROZEN), script, []
+        self.clock = PhaseClock()
 
     def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):
         replies = []

@@ -75,8 +75,9 @@ def _run(command: list[str], cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_dvc_repro_runs_then_has_nothing_to_do_and_reruns_to_the_same_bytes(prefect_server, tmp_path):
-    """What `make experiment` does, on the smoke profile, in a fresh git + DVC repository."""
+def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns_to_the_same_bytes(prefect_server, tmp_path):
+    """What `make experiment` does, on the smoke profile, in a fresh git + DVC repository: every cell of
+    arms x seeds x budgets, the references, the verdict report, and MLflow runs under one parent."""
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
     for name in ("profiles", "stages", "flows", "src"):
@@ -88,7 +89,34 @@ def test_dvc_repro_runs_then_has_nothing_to_do_and_reruns_to_the_same_bytes(pref
 
     _run(["dvc", "repro"], tmp_path)
     lock = (tmp_path / "dvc.lock").read_text()
+    for cell in ("train@central_only-0-small", "train@joint-1-small", "evaluate@joint-0-small", "evaluate_reference@single_agent-small"):
+        assert f"{cell}:" in lock
     assert "Data and pipelines are up to date" in _run(["dvc", "repro"], tmp_path)
-    _run(["dvc", "repro", "--force"], tmp_path)
-    assert (tmp_path / "dvc.lock").read_text() == lock  # every output hashed the same after a forced rerun
-    assert "recall@1" in _run(["dvc", "metrics", "show"], tmp_path)
+
+    result = json.loads((tmp_path / "metrics" / "compare.json").read_text())
+    equal_tokens = result["backbones"]["small"]["budgets"]["equal_tokens"]
+    for metric in ("f1", "acc"):
+        assert equal_tokens["claim"][metric]["verdict"] in ("supported", "contradicted", "inconclusive")
+        assert set(equal_tokens["claim"][metric]["seeds"]) == {"0", "1"}
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Verdict" in report and "## What each arm spent" in report and "47.79" in report
+    assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"training_small.png", "f1_vs_compute_small.png"}
+    assert (tmp_path / "report" / "report.html").read_text().startswith("<!doctype html>")
+    _assert_one_parent_run(tmp_path / "mlflow.db")
+
+    # a forced rerun of one cell writes the same bytes (upstream stages' byte-stability has its own tests)
+    _run(["dvc", "repro", "--force", "--single-item", "train@central_only-1-small", "evaluate@central_only-1-small", "compare"], tmp_path)
+    assert (tmp_path / "dvc.lock").read_text() == lock
+
+
+def _assert_one_parent_run(store: Path) -> None:
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{store}")
+    runs = client.search_runs([client.get_experiment_by_name("centralrl").experiment_id], max_results=500)
+    parents = {r.info.run_id for r in runs if "centralrl.experiment" in r.data.tags}
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in parents]
+    assert len(parents) == 1
+    cells = {(r.data.tags["stage"], r.data.tags.get("arm"), r.data.tags.get("seed"), r.data.tags.get("budget")) for r in children}
+    assert ("evaluate", "joint", "1", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
+    assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)

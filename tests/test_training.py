@@ -29,6 +29,8 @@ TOY = {
     "harness": {"max_turns": 1, "max_new_tokens": {"central": 4, "retrieval": 4, "conclusion": 1, "agent": 4}},
     "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj", "lm_head"]},
     "train": {"grpo": {"steps": 2, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
+    # cuts after one and two steps, and at the first step with any trained token (so: the first)
+    "budgets": {"one_step": {"steps": 1}, "two_steps": {"steps": 2}, "any_token": {"trained_tokens": 1}},
 }
 
 
@@ -54,21 +56,27 @@ def smoke_run(tmp_path_factory, prefect_server):
     prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={folder}/d.json"])
     build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
                       "--index", str(folder / "index"), "--metrics", str(folder / "r.json")])
-    prepare_backbone(load_config(params).model, folder / "start")
+    prepare_backbone(load_config(params).backbone("small"), folder / "start")
     data["train"] = folder / "toy.jsonl"
     write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(folder / "start")[1])))
     return folder, params, data
 
 
+def _stage_args(folder: Path, params: Path, data: dict, arm: str, out: str) -> list[str]:
+    return ["--params", str(params), "--arm", arm, "--seed", "0", "--backbone", "small", "--model", str(folder / "start"),
+            "--index", str(folder / "index"), "--train", str(data["train"]), *[f"--{k}={v}" for k, v in _outputs(folder, out).items()]]
+
+
+def _outputs(folder: Path, out: str) -> dict[str, Path]:
+    return {"adapters": folder / out / "adapters", "budgets": folder / out / "budgets.json", "state": folder / out / "state",
+            "history": folder / out / "history.jsonl", "metrics": folder / out / "metrics.json"}
+
+
 def train(folder: Path, params: Path, data: dict, arm: str, out: str) -> dict[str, Path]:
     from stages import train as train_stage
 
-    paths = {"adapters": folder / out / "adapters", "state": folder / out / "state",
-             "history": folder / out / "history.jsonl", "metrics": folder / out / "metrics.json"}
-    train_stage.main(["--params", str(params), "--arm", arm, "--model", str(folder / "start"),
-                      "--index", str(folder / "index"), "--train", str(data["train"]),
-                      *[f"--{k}={v}" for k, v in paths.items()]])
-    return paths
+    train_stage.main(_stage_args(folder, params, data, arm, out))
+    return _outputs(folder, out)
 
 
 def adapter_weights(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -83,9 +91,9 @@ def fresh_adapter_weights(folder: Path, params: Path, arm: str) -> dict[str, dic
     from centralrl.seeding import derive_seed
 
     cfg = load_config(params)
-    spec = cfg.arms[arm]
+    spec = cfg.arm(arm)
     model, _ = load_backbone(folder / "start")
-    torch.manual_seed(derive_seed(cfg.seed, "lora-init"))
+    torch.manual_seed(derive_seed(0, "lora-init"))
     model = attach_adapters(model, role_adapters(spec.trainable_roles, cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology]), cfg.lora)
     save_adapters(model, folder / f"init-{arm}")
     return adapter_weights(folder / f"init-{arm}")
@@ -96,14 +104,35 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
     return any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_central_only_trains_the_central_adapter_and_nothing_else(smoke_run):
+@pytest.fixture(scope="module")
+def central_only_run(smoke_run) -> dict[str, Path]:
     folder, params, data = smoke_run
     start_hash = content_sha256(folder / "start")
     paths = train(folder, params, data, "central_only", "central_only")
-    trained = adapter_weights(paths["adapters"])
+    assert content_sha256(folder / "start") == start_hash  # every base weight unchanged
+    return paths
+
+
+def test_central_only_trains_the_central_adapter_and_nothing_else(smoke_run, central_only_run):
+    folder, params, _ = smoke_run
+    paths = central_only_run
+    trained = adapter_weights(paths["adapters"] / "two_steps")
     assert list(trained) == ["central"]  # retrieval and conclusion have no adapter: they run the start checkpoint
     assert changed(fresh_adapter_weights(folder, params, "central_only")["central"], trained["central"])
-    assert content_sha256(folder / "start") == start_hash  # every base weight unchanged
+
+
+def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_run):
+    import json
+
+    paths = central_only_run
+    cuts = {name: cut for name, cut in json.loads(paths["budgets"].read_text()).items() if name in TOY["budgets"]}
+    assert {name: cut["step"] for name, cut in cuts.items()} == {"any_token": 1, "one_step": 1, "two_steps": 2}
+    assert all(cut["reached"] for cut in cuts.values())
+    first_step = json.loads(paths["history"].read_text().splitlines()[0])
+    assert cuts["one_step"]["spent"]["trained_tokens"] == first_step["trained_tokens.central"] > 0
+    assert cuts["two_steps"]["spent"]["flops"] > cuts["one_step"]["spent"]["flops"] > 0
+    assert _file_hashes(paths["adapters"] / "any_token") == _file_hashes(paths["adapters"] / "one_step")
+    assert changed(adapter_weights(paths["adapters"] / "one_step")["central"], adapter_weights(paths["adapters"] / "two_steps")["central"])
 
 
 class ScriptedSampler:
@@ -156,18 +185,8 @@ def test_joint_trains_all_three_adapters(smoke_run):
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if "lora_" not in n)
 
 
-def test_reference_arm_trains_nothing(smoke_run):
-    folder, params, data = smoke_run
-    paths = train(folder, params, data, "base", "base")
-    assert adapter_weights(paths["adapters"]) == {}
-    assert (paths["adapters"] / "arm.json").is_file()
-
-
 def _stage_command(folder: Path, params: Path, data: dict, out: str) -> list[str]:
-    return [sys.executable, "-m", "stages.train", "--params", str(params), "--arm", "joint",
-            "--model", str(folder / "start"), "--index", str(folder / "index"), "--train", str(data["train"]),
-            "--adapters", str(folder / out / "adapters"), "--state", str(folder / out / "state"),
-            "--history", str(folder / out / "history.jsonl"), "--metrics", str(folder / out / "metrics.json")]
+    return [sys.executable, "-m", "stages.train", *_stage_args(folder, params, data, "joint", out)]
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
@@ -178,7 +197,8 @@ def _file_hashes(folder: Path) -> dict[str, str]:
 def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
     folder, _, data = smoke_run
     params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
-                                     "train": {"grpo": {"steps": 4, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}}})
+                                     "train": {"grpo": {"steps": 4, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
+                                     "budgets": {"end": {"steps": 4}}})
     env = os.environ | {"PYTHONPATH": str(REPO)}
     subprocess.run(_stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True)
 
@@ -200,7 +220,7 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
     assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
     assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
     initial = fresh_adapter_weights(folder, params, "joint")
-    assert changed(initial["central"], adapter_weights(folder / "killed" / "adapters")["central"])  # it did learn
+    assert changed(initial["central"], adapter_weights(folder / "killed" / "adapters" / "end")["central"])  # it learned
 
 
 def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp_path):

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from centralrl.compute import PhaseClock
 from centralrl.config import LoraConfig, RoleTokens, WarmstartConfig, load_config
 from centralrl.errors import DataError
 from centralrl.harness.engine import Generation, RolePolicy
@@ -17,7 +18,7 @@ from centralrl.models.backbone import content_sha256, load_backbone
 from centralrl.retrieval import build_index, save_index
 from centralrl.retrieval.bm25 import Bm25sIndex
 from centralrl.rl.warmstart import (
-    IGNORE, Trace, build_traces, collate, delegated_hops, oracle_traces, parse_trace, supervised_finetune, target_loss,
+    IGNORE, build_traces, collate, delegated_hops, oracle_traces, parse_trace, supervised_finetune, target_loss,
     warmstart,
 )
 from centralrl.schema import Passage, Question, SubQuestion
@@ -56,6 +57,7 @@ class ReplayPolicy(RolePolicy):
 
     def __init__(self, tokenizer, traces):
         self.tokenizer, self.adapters, self.queue, self.seen = tokenizer, dict(FROZEN), list(traces), []
+        self.clock = PhaseClock()
 
     def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):
         replies = []
@@ -170,7 +172,7 @@ def stage_inputs(tmp_path_factory, smoke_world):
 
 def run_stage(folder, params, model, name):
     out, metrics = folder / name, folder / f"{name}.json"
-    stage.main(["--params", str(params), "--model", str(model), "--index", str(folder / "index"),
+    stage.main(["--params", str(params), "--backbone", "small", "--model", str(model), "--index", str(folder / "index"),
                 "--train", str(folder / "train.jsonl"), "--out", str(out), "--metrics", str(metrics)])
     return out, json.loads(metrics.read_text())
 
@@ -193,7 +195,7 @@ def test_stage_writes_a_loadable_merged_checkpoint_the_same_bytes_twice(stage_in
 def test_disabled_warm_start_copies_the_backbone_byte_for_byte(stage_inputs, tiny_backbone):
     folder, _ = stage_inputs
     cfg = load_config(write_params(folder / "off", {"warmstart": {"enabled": False}}))
-    metrics = warmstart(cfg, tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy")
+    metrics = warmstart(cfg, "small", tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy")
     assert metrics == {"enabled": False, "content_sha256": content_sha256(tiny_backbone)}
     names = sorted(p.name for p in tiny_backbone.iterdir())
     assert names and names == sorted(p.name for p in (folder / "copy").iterdir())

@@ -1,46 +1,120 @@
-"""Compare arms: one table of EM / F1 / Acc per benchmark and the macro-average for every arm, from the
-per-question records each `evaluate@<arm>` wrote, plus what each arm's training did (steps, reward).
+"""Settle the claim: statistics over every cell of the matrix (arm x seed x budget x backbone), a verdict per
+metric and budget, and the numbers the report shows.
 
-The table is a DVC metrics file (`dvc metrics show`/`diff` line the arms up) and a markdown report.
-Significance tests and compute matching are the next layer (issue: statistics and verdict); this one only
-lines the arms up on the same questions, and refuses arms that were not evaluated on the same questions.
+Scores are on a 0-100 scale. Per cell and benchmark: the mean with a seeded bootstrap CI; the headline is the
+macro-average over benchmarks (as the published tables average), with a stratified bootstrap CI. Between the
+claim's two arms, per seed: the paired difference over the same questions (paired bootstrap CI, sign-flip
+permutation p-value) and the spread of the per-seed differences. The verdict rule is `stats.VERDICT_RULE`,
+applied at every budget (equal steps, equal trained tokens, ...), beside the published numbers.
+
+Departure from the published comparison: it reported one run per arm at equal steps; here every budget cut is
+a separate comparison, and each states what each arm spent when it was cut.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 
+from centralrl.config import Config
 from centralrl.errors import DataError
-from centralrl.evaluation import benchmark_table
-from centralrl.metrics import METRICS
+from centralrl.stats import (
+    VERDICT_RULE, Interval, macro_bootstrap_ci, paired_difference_ci, paired_permutation_pvalue, seed_spread, verdict,
+)
+
+METRICS = ("f1", "acc", "em")
+VERDICT_METRICS = ("f1", "acc")
+# Qwen2.5-3B, seven benchmarks, average over benchmarks (the claim's source; one seed, equal steps).
+PUBLISHED = {"f1": {"central_only": 47.79, "joint": 45.36}, "acc": {"central_only": 42.88, "joint": 40.49}}
 
 
-def comparison(records_by_arm: Mapping[str, Sequence[dict]]) -> dict:
-    """{arm: benchmark_table(records)}; every arm must answer exactly the same question ids."""
-    ids = {arm: sorted(r["id"] for r in records) for arm, records in records_by_arm.items()}
-    reference_arm, reference = next(iter(ids.items()))
-    for arm, arm_ids in ids.items():
-        if arm_ids != reference:
-            raise DataError(f"evaluate@{arm} answered other questions than evaluate@{reference_arm}; rerun its evaluation")
-    return {arm: benchmark_table(records) for arm, records in records_by_arm.items()}
+def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]:
+    """{benchmark: [score x 100 per question, ordered by question id]} (the order pairs arms question by question)."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for record in records:
+        groups.setdefault(record["benchmark"], []).append((record["id"], 100.0 * record[metric]))
+    return {bench: [score for _, score in sorted(rows)] for bench, rows in sorted(groups.items())}
 
 
-def report(table: dict, training: Mapping[str, dict], profile: str) -> str:
-    """Markdown: per metric, benchmarks as rows and arms as columns (in %), then what each arm's training did."""
-    arms = list(table)
-    benchmarks = [b for b in next(iter(table.values())) if b != "macro"]
-    lines = [f"# Arms compared (profile `{profile}`)", ""]
+def check_same_questions(records: Mapping[str, Sequence[dict]]) -> None:
+    """Every evaluated cell must answer exactly the same question ids, or nothing can be paired."""
+    ids = {name: sorted(r["id"] for r in rows) for name, rows in records.items()}
+    first, expected = next(iter(ids.items()))
+    for name, got in ids.items():
+        if got != expected:
+            raise DataError(f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}); rerun its evaluation")
+
+
+def cell_scores(records: Sequence[dict], cfg: Config) -> dict:
+    """Per metric: macro-average and per-benchmark means, each with its bootstrap CI."""
+    c = cfg.compare
+    out = {}
     for metric in METRICS:
-        lines += [f"## {metric.upper()}", "", "| benchmark | n | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
-        for bench in [*benchmarks, "macro"]:
-            n = table[arms[0]][bench]["questions"]
-            cells = " | ".join(f"{100 * table[arm][bench][metric]:.2f}" for arm in arms)
-            name = "**macro-average**" if bench == "macro" else bench
-            lines.append(f"| {name} | {n} | {cells} |")
-        lines.append("")
-    lines += ["## Training", "", "| arm | steps | first reward | final reward |", "|---|---|---|---|"]
-    for arm in arms:
-        t = training.get(arm, {})
-        first, final = t.get("first_reward_mean"), t.get("final_reward_mean")
-        lines.append(f"| {arm} | {t.get('steps', 0)} | {'-' if first is None else f'{first:.3f}'} | {'-' if final is None else f'{final:.3f}'} |")
-    return "\n".join(lines) + "\n"
+        groups = score_groups(records, metric)
+        out[metric] = {
+            "macro": macro_bootstrap_ci(groups, seed=c.seed, resamples=c.resamples, level=c.level).as_dict(),
+            "benchmarks": {b: macro_bootstrap_ci({b: v}, seed=c.seed, resamples=c.resamples, level=c.level).as_dict()
+                           for b, v in groups.items()},
+            "questions": {b: len(v) for b, v in groups.items()},
+        }
+    return out
+
+
+def paired(a: Sequence[dict], b: Sequence[dict], cfg: Config) -> dict:
+    """Per metric: the paired difference a - b (macro and per benchmark) with CIs, and the permutation p-value."""
+    c = cfg.compare
+    out = {}
+    for metric in METRICS:
+        ga, gb = score_groups(a, metric), score_groups(b, metric)
+        out[metric] = {
+            "macro": paired_difference_ci(ga, gb, seed=c.seed, resamples=c.resamples, level=c.level).as_dict(),
+            "p_value": paired_permutation_pvalue(ga, gb, seed=c.seed, permutations=c.permutations),
+            "benchmarks": {bench: paired_difference_ci({bench: ga[bench]}, {bench: gb[bench]}, seed=c.seed,
+                                                       resamples=c.resamples, level=c.level).as_dict() for bench in ga},
+        }
+    return out
+
+
+def budget_comparison(cfg: Config, records: Mapping[str, Mapping[int, Sequence[dict]]], cuts: Mapping[str, Mapping[int, dict]]) -> dict:
+    """One budget on one backbone: every arm's scores and spending per seed, the claim's paired differences,
+    their spread over seeds and the verdict per metric. records[arm][seed], cuts[arm][seed] (budgets.json)."""
+    first, second = cfg.claim
+    arms = {arm: {"seeds": {seed: {**cuts[arm][seed], "scores": cell_scores(records[arm][seed], cfg)}
+                            for seed in cfg.seeds}} for arm in cfg.arms}
+    for arm, row in arms.items():
+        row["spread"] = {m: asdict(seed_spread([s["scores"][m]["macro"]["estimate"] for s in row["seeds"].values()]))
+                         for m in METRICS}
+    differences = {seed: paired(records[first][seed], records[second][seed], cfg) for seed in cfg.seeds}
+    claim = {}
+    for metric in METRICS:
+        per_seed = [differences[seed][metric]["macro"] for seed in cfg.seeds]
+        claim[metric] = {
+            "seeds": {seed: differences[seed][metric] for seed in cfg.seeds},
+            "spread": asdict(seed_spread([d["estimate"] for d in per_seed])),
+            "verdict": verdict([_interval(d) for d in per_seed]),
+        }
+    return {"arms": arms, "claim": claim}
+
+
+def _interval(d: dict) -> Interval:
+    return Interval(d["estimate"], d["low"], d["high"])
+
+
+def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: Mapping) -> dict:
+    """Everything the report shows, as data (also the DVC metrics file).
+
+    records[backbone][arm][seed][budget], reference_records[backbone][reference], cuts[backbone][arm][seed][budget].
+    """
+    out = {"claim": list(cfg.claim), "rule": VERDICT_RULE, "level": cfg.compare.level, "published": PUBLISHED, "backbones": {}}
+    for backbone in cfg.backbones:
+        cells = {f"{arm}-seed{seed}-{budget}": records[backbone][arm][seed][budget]
+                 for arm in cfg.arms for seed in cfg.seeds for budget in cfg.budgets}
+        check_same_questions(cells | {ref: reference_records[backbone][ref] for ref in cfg.references})
+        out["backbones"][backbone] = {
+            "references": {ref: cell_scores(reference_records[backbone][ref], cfg) for ref in cfg.references},
+            "budgets": {budget: {"budget": cfg.budgets[budget].model_dump(exclude_none=True), **budget_comparison(
+                cfg, {arm: {s: records[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
+                {arm: {s: cuts[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms})}
+                for budget in cfg.budgets},
+        }
+    return out

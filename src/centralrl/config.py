@@ -10,6 +10,7 @@ Every section rejects unknown keys and wrong types, and names the offending para
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from centralrl.errors import ConfigError
 
 DEFAULT_PROFILE = "default"
+MATRIX_AXES = ("seeds", "backbones", "references", "arms")  # expanded by dvc.yaml from params.yaml itself
 
 
 class Section(BaseModel):
@@ -44,7 +46,7 @@ class SyntheticConfig(Section):
         description="each type is its own benchmark, named synth-<type>",
     )
     train_per_type: int = Field(120, ge=0, description="training questions per question type")
-    test_per_type: int = Field(5, ge=1, description="evaluation questions per question type")
+    test_per_type: int = Field(4, ge=1, description="evaluation questions per question type")
 
 
 QUESTION_KINDS = (
@@ -215,6 +217,7 @@ class TrackingConfig(Section):
     uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI")
     experiment: str = Field("centralrl", description="MLflow experiment name")
     transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")
+    system_metrics: bool = Field(True, description="MLflow system metrics (CPU, memory, GPU) beside every run")
 
 
 class EvaluateConfig(Section):
@@ -224,13 +227,21 @@ class EvaluateConfig(Section):
 TOPOLOGY_ROLES = {"central": ROLES, "single_agent": ("agent",)}
 
 
+NAME_PATTERN = r"^[A-Za-z0-9_]+$"  # DVC joins matrix values with "-", so names must not contain one
+
+
+class ReferenceConfig(Section):
+    """A reference: an untrained harness of some topology, evaluated once per backbone (no seeds, no budget)."""
+
+    topology: Literal["central", "single_agent"] = "central"
+
+
 class ArmConfig(Section):
-    """An arm is data: a topology, which of its roles train (the others stay frozen), how adapters are shared.
-    An arm with no trainable role is a reference: it evaluates the starting checkpoint."""
+    """An arm is data: a topology, which of its roles train (the others stay frozen), how adapters are shared."""
 
     topology: Literal["central", "single_agent"] = "central"
     trainable_roles: list[Literal["central", "retrieval", "conclusion", "agent"]] = Field(
-        default_factory=list, description="roles whose adapters train; empty: an untrained reference"
+        min_length=1, description="roles whose adapters train (an untrained harness is a `references` entry)"
     )
     sharing: Literal["per_role", "shared"] | None = Field(None, description="None: lora.sharing")
 
@@ -243,6 +254,41 @@ class ArmConfig(Section):
         return self
 
 
+BUDGET_KINDS = ("steps", "trained_tokens", "flops", "wall_seconds")
+
+
+class BudgetConfig(Section):
+    """Where an arm's run is cut for comparison: after the first step at which its spending reaches the limit.
+
+    Exactly one of the fields is set. trained_tokens counts generated tokens of trainable roles in the loss;
+    flops is the estimate of `centralrl.compute` (rollout generation plus update); wall_seconds makes the cut
+    depend on the machine, so a run cut by it is not byte-reproducible.
+    """
+
+    steps: int | None = Field(None, ge=1)
+    trained_tokens: int | None = Field(None, ge=1)
+    flops: float | None = Field(None, gt=0)
+    wall_seconds: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> BudgetConfig:
+        chosen = [kind for kind in BUDGET_KINDS if getattr(self, kind) is not None]
+        if len(chosen) != 1:
+            raise ValueError(f"a budget sets exactly one of {', '.join(BUDGET_KINDS)} (got {', '.join(chosen) or 'none'})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in BUDGET_KINDS if getattr(self, kind) is not None)
+
+    @property
+    def limit(self) -> float:
+        return float(getattr(self, self.kind))
+
+    def reached(self, spent: dict[str, float]) -> bool:
+        return spent[self.kind] >= self.limit
+
+
 class RewardConfig(Section):
     metric: Literal["f1", "em", "acc"] = Field("f1", description="outcome reward: this metric of the final answer")
     format_weight: float = Field(0.0, ge=0, description="added reward when every action of the episode was valid")
@@ -251,7 +297,8 @@ class RewardConfig(Section):
 class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
-    steps: int = Field(3, ge=1, description="optimizer steps (one rollout batch each)")
+    steps: int = Field(3, ge=1, description="the most optimizer steps a run takes (one rollout batch each) and the "
+                       "horizon of the lr schedule; a run stops earlier once every budget is reached")
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
     learning_rate: float = Field(1e-4, gt=0)
@@ -279,34 +326,96 @@ class WarmstartConfig(Section):
     """Supervised cold start on oracle traces (from decompositions); merged into the shared starting checkpoint."""
 
     enabled: bool = Field(True, description="false: the starting checkpoint is the backbone itself")
-    questions: int = Field(32, ge=1, description="training questions with a decomposition to build traces from")
+    questions: int = Field(24, ge=1, description="training questions with a decomposition to build traces from")
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
     micro_batch_size: int = Field(4, ge=1)
     seed: int = Field(0)
 
 
+class CompareConfig(Section):
+    """The statistics of the `compare` stage (seeded: the same records give the same report)."""
+
+    seed: int = Field(0, description="seed of every bootstrap and permutation draw")
+    resamples: int = Field(2000, ge=100, description="bootstrap resamples per interval")
+    permutations: int = Field(10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)")
+    level: float = Field(0.95, gt=0, lt=1, description="confidence level of every interval")
+
+
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
-    seed: int = Field(0, description="root seed of the experiment; every random draw derives from it")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1], min_length=1,
+        description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
+    )
+    backbones: list[str] = Field(
+        default_factory=lambda: ["small"], min_length=1, description="entries of `models` the experiment runs"
+    )
+    models: dict[str, ModelConfig] = Field(default_factory=lambda: {"small": ModelConfig()},
+                                           description="backbones by name (a catalog: `backbones` picks from it)")
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     warmstart: WarmstartConfig = Field(default_factory=WarmstartConfig)
+    references: dict[str, ReferenceConfig] = Field(
+        default_factory=lambda: {"base": ReferenceConfig(), "single_agent": ReferenceConfig(topology="single_agent")},
+        description="untrained harnesses evaluated beside the arms (evaluate_reference@<name>-<backbone>)",
+    )
     arms: dict[str, ArmConfig] = Field(
         default_factory=lambda: {
-            "base": ArmConfig(),
-            "single_agent": ArmConfig(topology="single_agent"),
             "central_only": ArmConfig(trainable_roles=["central"]),
             "joint": ArmConfig(trainable_roles=["central", "retrieval", "conclusion"]),
         },
-        description="train@<arm> and evaluate@<arm> per entry; same optimizer, budget and reward for every arm",
+        description="train@<arm>-<seed>-<backbone> per entry; same optimizer, budgets and reward for every arm",
     )
+    budgets: dict[str, BudgetConfig] = Field(
+        default_factory=lambda: {"equal_steps": BudgetConfig(steps=2), "equal_tokens": BudgetConfig(trained_tokens=2500)},
+        min_length=1,
+        description="cut points of every run, each evaluated and compared (equal steps, equal trained tokens, ...)",
+    )
+    claim: list[str] = Field(default_factory=lambda: ["central_only", "joint"], min_length=2, max_length=2,
+                             description="the claim under test: the first arm beats the second")
+    compare: CompareConfig = Field(default_factory=CompareConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> Config:
+        unknown = [name for name in self.backbones if name not in self.models]
+        if unknown:
+            raise ValueError(f"backbones {unknown} are not entries of models (known: {', '.join(self.models)})")
+        for section in ("backbones", "references", "arms", "budgets"):
+            bad = [name for name in getattr(self, section) if not re.match(NAME_PATTERN, name)]
+            if bad:
+                raise ValueError(f"{section}: names {bad} may only use letters, digits and _ (DVC stage names join them with -)")
+        both = sorted(set(self.references) & set(self.arms))
+        if both:
+            raise ValueError(f"{both} named both as references and as arms")
+        missing = [arm for arm in self.claim if arm not in self.arms]
+        if missing:
+            raise ValueError(f"claim names {missing}, which are not arms (arms: {', '.join(self.arms)})")
+        for section in ("seeds", "backbones"):
+            if len(set(getattr(self, section))) != len(getattr(self, section)):
+                raise ValueError(f"{section} lists a value twice")
+        return self
+
+    def arm(self, name: str) -> ArmConfig:
+        if name not in self.arms:
+            raise ConfigError(f"arms has no {name!r}; known arms: {', '.join(self.arms)}")
+        return self.arms[name]
+
+    def topology_of(self, name: str) -> str:
+        """The topology of an arm or a reference."""
+        if name in self.references:
+            return self.references[name].topology
+        return self.arm(name).topology
+
+    def backbone(self, name: str) -> ModelConfig:
+        if name not in self.models:
+            raise ConfigError(f"models has no {name!r}; known: {', '.join(self.models)}")
+        return self.models[name]
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -367,6 +476,10 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     overlay = _read_yaml(overlay_file)
     if "profile" in overlay:
         raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
+    axes = sorted(set(overlay) & set(MATRIX_AXES))
+    if axes:
+        raise ConfigError(f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
+                          f"matrix from params.yaml alone, so set it there (e.g. dvc exp run -S 'seeds=[0,1,2]')")
     return deep_merge(deep_merge(raw, overlay), overrides or {})
 
 

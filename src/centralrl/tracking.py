@@ -1,12 +1,26 @@
 """Experiment tracking, passed in rather than imported: MLflow for real runs, a do-nothing tracker for tests
 that do not look at tracking (those that do use a temporary sqlite store).
+
+Every cell of the matrix (a train or evaluate stage of one arm, seed, backbone) is its own MLflow run, a child
+of one parent run per experiment. Stages run in separate processes, so the parent is found by a tag (the hash
+of the resolved params: same params, same parent) and created by the first stage that needs it. Children carry
+the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from centralrl.config import Config, TrackingConfig
+
+PARENT_TAG = "centralrl.experiment"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -25,18 +39,42 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def experiment_key(cfg: Config) -> str:
+    """The experiment's identity: a hash of every resolved param except where results are tracked."""
+    params = cfg.model_dump(exclude={"tracking"}, mode="json")
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"{head}-dirty" if dirty else head
+
+
+def cell_tags(cfg: Config, **cell: Any) -> dict[str, str]:
+    """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, dvc.lock hash."""
+    lock = Path("dvc.lock")
+    return {**{k: str(v) for k, v in cell.items()}, "profile": cfg.profile, "git_commit": _git_commit(),
+            "dvc_lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else "none"}
+
+
 class Tracker(Protocol):
-    def run(self, name: str, tags: Mapping[str, str] | None = None) -> Any: ...
+    def run(self, name: str, tags: Mapping[str, str] | None = None, parent: Config | None = None) -> Any: ...
     def log_params(self, params: Mapping[str, Any]) -> None: ...
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_artifact(self, path: str | Path) -> None: ...
 
 
 class NullTracker:
     """Records nothing; the code that logs stays free of `if tracking:` branches."""
 
     @contextmanager
-    def run(self, name: str, tags: Mapping[str, str] | None = None) -> Iterator[None]:
+    def run(self, name: str, tags: Mapping[str, str] | None = None, parent: Config | None = None) -> Iterator[None]:
         yield
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -48,21 +86,39 @@ class NullTracker:
     def log_text(self, text: str, artifact_file: str) -> None:
         pass
 
+    def log_artifact(self, path: str | Path) -> None:
+        pass
+
 
 class MlflowTracker:
-    """MLflow through its public API: one run per `run()`; runs started inside another run nest under it."""
+    """MLflow through its public API: one run per `run()`, under the experiment's parent run when `parent` is
+    given; runs started inside another run nest under it."""
 
-    def __init__(self, uri: str, experiment: str) -> None:
+    def __init__(self, uri: str, experiment: str, system_metrics: bool = False) -> None:
         import mlflow
 
         self.mlflow = mlflow
+        self.system_metrics = system_metrics
         mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(experiment)
+        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+
+    def parent_run(self, cfg: Config) -> str:
+        """The id of the experiment's parent run, created (finished, holding the params) if it is not there yet."""
+        key = experiment_key(cfg)
+        found = self.mlflow.search_runs([self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{key}'",
+                                        max_results=1, output_format="list")
+        if found:
+            return found[0].info.run_id
+        with self.mlflow.start_run(run_name=f"{cfg.profile} {key[:8]}", tags={PARENT_TAG: key, "profile": cfg.profile}) as run:
+            self.mlflow.log_params(flatten(cfg.model_dump(mode="json")))
+        return run.info.run_id
 
     @contextmanager
-    def run(self, name: str, tags: Mapping[str, str] | None = None) -> Iterator[Any]:
+    def run(self, name: str, tags: Mapping[str, str] | None = None, parent: Config | None = None) -> Iterator[Any]:
         nested = self.mlflow.active_run() is not None
-        with self.mlflow.start_run(run_name=name, tags=dict(tags or {}), nested=nested) as active:
+        tags = dict(tags or {}) | ({"mlflow.parentRunId": self.parent_run(parent)} if parent is not None else {})
+        with self.mlflow.start_run(run_name=name, tags=tags, nested=nested,
+                                   log_system_metrics=self.system_metrics and not nested) as active:
             yield active
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -73,3 +129,10 @@ class MlflowTracker:
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self.mlflow.log_text(text, artifact_file)
+
+    def log_artifact(self, path: str | Path) -> None:
+        self.mlflow.log_artifact(str(path))
+
+
+def open_tracker(tracking: TrackingConfig) -> MlflowTracker:
+    return MlflowTracker(tracking.uri, tracking.experiment, tracking.system_metrics)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from centralrl.compute import PhaseClock
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -38,12 +39,13 @@ class RolePolicy:
     """The generation side of the harness: one backbone, role adapters, batched sampling or greedy decoding."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapters: dict[str, str | None],
-                 batch_size: int = 16) -> None:
+                 batch_size: int = 16, clock: PhaseClock | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.adapters = adapters
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
+        self.clock = clock or PhaseClock()  # generation and retrieval time of the episodes run with this policy
 
     def encode_chat(self, messages: list[dict], prefill: str = "") -> list[int]:
         """Token ids of a chat with the assistant's turn opened and `prefill` already written in it."""
@@ -53,10 +55,11 @@ class RolePolicy:
     def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
                  temperature: float = 1.0, seed: int = 0) -> list[Generation]:
         results: list[Generation] = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start : start + self.batch_size]
-            torch.manual_seed(derive_seed(seed, role, start))
-            results.extend(self._generate_batch(role, batch, max_new_tokens, greedy, temperature))
+        with self.clock.phase("generation"):
+            for start in range(0, len(prompts), self.batch_size):
+                batch = prompts[start : start + self.batch_size]
+                torch.manual_seed(derive_seed(seed, role, start))
+                results.extend(self._generate_batch(role, batch, max_new_tokens, greedy, temperature))
         return results
 
     @torch.no_grad()

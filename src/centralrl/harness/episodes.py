@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from centralrl.compute import ModelShape, generation_flops
 from centralrl.config import RoleTokens
 from centralrl.harness import prompts as P
 from centralrl.harness.engine import Generation, RolePolicy
@@ -64,6 +65,10 @@ class Episode:
         self.calls.append(RoleCall(role, policy.adapters.get(role), turn, generation.prompt_ids,
                                    generation.completion_ids, generation.logprobs, generation.text, valid))
 
+    def flops(self, shape: ModelShape) -> int:
+        """Estimated FLOPs of generating this episode (every call's prompt and completion, padding excluded)."""
+        return sum(generation_flops(shape, len(c.prompt_ids), len(c.completion_ids)) for c in self.calls)
+
     def tokens_by_role(self) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
         for call in self.calls:
@@ -109,7 +114,8 @@ def _central_turn(episodes: list[Episode], policy: RolePolicy, retriever: Retrie
 
 
 def _delegate(asks: list[tuple[Episode, str]], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int) -> None:
-    results = retriever.search([question for _, question in asks], s.top_k)
+    with policy.clock.phase("retrieval"):
+        results = retriever.search([question for _, question in asks], s.top_k)
     prompts = [policy.encode_chat(P.retrieval_messages(q, hits, s.passage_chars), PREFILL["retrieval"])
                for (_, q), hits in zip(asks, results)]
     generations = _generate(policy, "retrieval", prompts, s.max_new_tokens.retrieval, s, turn)
@@ -157,7 +163,8 @@ def _agent_step(episodes: list[Episode], base: dict[int, list[int]], policy: Rol
             episode.invalid_actions += 1
             episode.context_ids += _encode(policy, f"\n{INVALID_SEARCH_FEEDBACK}\n")
     if searches:
-        results = retriever.search([query for _, query in searches], s.top_k)
+        with policy.clock.phase("retrieval"):
+            results = retriever.search([query for _, query in searches], s.top_k)
         for (episode, query), hits in zip(searches, results):
             episode.notes.append((query, P.format_passages(hits, s.passage_chars)))
             episode.retrieved.append([hit.id for hit in hits])

@@ -13,17 +13,22 @@ the current one detached, so the ratio is 1 and the clip never binds (clip_fract
 objective is kept so a multi-epoch variant is a loop, not a new loss); a multi-agent episode contributes one
 sequence per trainable role call rather than one completion; the reward is token F1 (Search-R1 uses EM).
 
-Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, and the
-torch/python/numpy generator states) is written atomically to `state_dir/step-<n>`; a restarted run loads the
-newest one. Every draw of a step derives from (seed, step), so a resumed run ends byte-identical to an
-uninterrupted one.
+Budgets: a run is cut for comparison at the first step whose spending (steps, trained tokens, estimated
+FLOPs of rollout generation plus update, or wall seconds) reaches each budget; the adapters at that step are
+kept as the budget's snapshot, and the run stops once every budget is reached (or at `grpo.steps`, which is
+also the lr schedule's horizon, so every cut is a prefix of the same run).
+
+Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, the
+torch/python/numpy generator states, the history, the cuts so far and the wall-clock spent) is written
+atomically to `state_dir/step-<n>`; a restarted run loads the newest one whose fingerprint (params that shape
+the run and the content of its inputs) matches, so a state left by other params is never resumed. Every draw
+of a step derives from (seed, step), so a resumed run ends byte-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import random
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +39,7 @@ from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
 from torch.nn.utils import clip_grad_norm_
 
+from centralrl.compute import ModelShape, update_flops
 from centralrl.config import Config, GrpoConfig
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
@@ -134,6 +140,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         g = self.cfg.train.grpo
+        self.shape = ModelShape.of(self.policy.model)
         self.parameters = [p for name, p in sorted(self.policy.model.named_parameters()) if "lora_" in name]
         self.optimizer = torch.optim.AdamW(self.parameters, lr=g.learning_rate, weight_decay=g.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps))
@@ -160,19 +167,20 @@ class Trainer:
     def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
         """Advantages, one accumulated update of every trainable adapter, optimizer and schedule step."""
         g = self.cfg.train.grpo
-        started = time.perf_counter()
         advantages = group_advantages(rewards, g.normalize_std, g.eps).flatten().tolist()
         samples = training_samples(episodes, advantages)
-        self.policy.model.train()
-        stats = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id) if samples else {}
-        grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if samples else 0.0
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.policy.model.eval()
+        with self.policy.clock.phase("update"):
+            self.policy.model.train()
+            stats = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id) if samples else {}
+            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if samples else 0.0
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.policy.model.eval()
         self.step += 1
         stats |= {"grad_norm": grad_norm, "learning_rate": self.scheduler.get_last_lr()[0],
-                  "update_seconds": time.perf_counter() - started}
+                  "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
+                  "flops.update": float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples))}
         return step_metrics(episodes, rewards, samples, stats)
 
     def train_step(self) -> dict[str, float]:
@@ -180,8 +188,7 @@ class Trainer:
         return self.learn(episodes, self.rewards(episodes))
 
     def checkpoint_due(self) -> bool:
-        g = self.cfg.train.grpo
-        return self.step % g.checkpoint_every == 0 or self.step == g.steps
+        return self.step % self.cfg.train.grpo.checkpoint_every == 0
 
     def state(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -198,31 +205,64 @@ def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
         **{k: float(v) for k, v in stats.items()},
     }
     for role in sorted({c.role for e in episodes for c in e.calls}):
+        metrics[f"prompt_tokens.{role}"] = float(sum(len(c.prompt_ids) for e in episodes for c in e.calls if c.role == role))
         metrics[f"generated_tokens.{role}"] = float(sum(len(c.completion_ids) for e in episodes for c in e.calls if c.role == role))
     for adapter in sorted({s.adapter for s in samples}):
         metrics[f"trained_tokens.{adapter}"] = float(sum(s.trained_tokens for s in samples if s.adapter == adapter))
     return metrics
 
 
-def save_state(trainer: Trainer, state_dir: Path, history: Sequence[dict] = ()) -> None:
-    """Write step-<n>/ atomically (with the metrics history so far), then remove older steps."""
+def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
+    """What a run has spent after the steps in `history`, in every unit a budget can be stated in."""
+    return {"steps": float(len(history)),
+            "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
+            "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
+            "wall_seconds": wall_seconds}
+
+
+@dataclass
+class Progress:
+    """What a run carries besides the trainer: its per-step history, wall-clock spent, and the budget cuts made."""
+
+    history: list[dict]
+    wall_seconds: float = 0.0
+    cuts: dict[str, dict] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.cuts = self.cuts or {}
+
+
+def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
+    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove older steps."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
         save_adapters(trainer.policy.model, tmp / "adapters")
         torch.save(trainer.state(), tmp / "trainer.pt")
-        write_jsonl(tmp / "history.jsonl", history)
-        write_json(tmp / "meta.json", {"step": trainer.step})
+        write_jsonl(tmp / "history.jsonl", progress.history)
+        write_json(tmp / "meta.json", {"step": trainer.step, "fingerprint": fingerprint,
+                                       "wall_seconds": progress.wall_seconds, "cuts": progress.cuts})
     for old in sorted(state_dir.glob("step-*"))[:-1]:
         shutil.rmtree(old)
 
 
-def latest_state(state_dir: Path) -> Path | None:
+def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
+    """Keep the adapters as they are now as `budget`'s snapshot (state_dir/cuts/<budget>/)."""
+    with atomic_directory(state_dir / "cuts" / budget) as tmp:
+        save_adapters(trainer.policy.model, tmp)
+
+
+def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
+    """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
     done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
+    if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
+        print(f"{state_dir}: saved by a run with other params or inputs; starting from step 0")
+        shutil.rmtree(state_dir)
+        return None
     return done[-1] if done else None
 
 
-def restore(trainer: Trainer, checkpoint: Path) -> list[dict]:
-    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the history."""
+def restore(trainer: Trainer, checkpoint: Path) -> Progress:
+    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress."""
     model = trainer.policy.model
     for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
         # copied in place, so the optimizer keeps pointing at the same parameter tensors
@@ -233,5 +273,6 @@ def restore(trainer: Trainer, checkpoint: Path) -> list[dict]:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    trainer.step = int(read_json(checkpoint / "meta.json")["step"])
-    return [row for _, row in read_jsonl(checkpoint / "history.jsonl")]
+    meta = read_json(checkpoint / "meta.json")
+    trainer.step = int(meta["step"])
+    return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])

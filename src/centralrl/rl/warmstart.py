@@ -342,7 +342,7 @@ def build_traces(questions: Sequence[Question], wanted: int, retriever: Retrieve
     return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
 
 
-def warmstart(cfg: Config, model_dir: str | Path, index_dir: str | Path, train_path: str | Path, out_dir: str | Path,
+def warmstart(cfg: Config, backbone: str, model_dir: str | Path, index_dir: str | Path, train_path: str | Path, out_dir: str | Path,
               log: Callable[[str], None] | None = None) -> dict:
     """The `warmstart` stage: the starting checkpoint in `out_dir` (a backbone folder), and its metrics."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -353,7 +353,7 @@ def warmstart(cfg: Config, model_dir: str | Path, index_dir: str | Path, train_p
         return {"enabled": False, "content_sha256": content}
     questions = load_questions(train_path)
     retriever = open_retriever(cfg.retrieval, index_dir)
-    model, tokenizer = load_backbone(model_dir, cfg.model.dtype)
+    model, tokenizer = load_backbone(model_dir, cfg.backbone(backbone).dtype)
     model = model.to(pick_device(cfg.harness.device))
     policy = RolePolicy(model, tokenizer, {})
     traces, selection = build_traces(questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k,

@@ -1,0 +1,144 @@
+"""Figures and the HTML copy of the arm-comparison report.
+
+Every figure is a `matplotlib.figure.Figure` drawn on an Agg canvas (no pyplot state, nothing at import),
+saved as PNG at a fixed dpi without the "Software" metadata, so the same inputs give byte-identical files.
+Arms get colors from a fixed list in sorted-arm order; every mapping is walked in sorted-key order.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+DPI = 100
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+FLOPS_LABEL = "training FLOPs (estimated)"
+DIFFERENCE_LABEL = "difference (first arm minus second), 95% CI"
+
+CSS = """body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.5; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #999; padding: 0.3em 0.7em; }
+th { background: #eee; }
+td { font-variant-numeric: tabular-nums; }
+img { max-width: 100%; }
+code { background: #f4f4f4; padding: 0 0.2em; }"""
+
+
+def arm_colors(arms: Sequence[str]) -> dict[str, str]:
+    """{arm: color}, assigned from COLORS in sorted-arm order (cycling past the end)."""
+    return {arm: COLORS[i % len(COLORS)] for i, arm in enumerate(sorted(set(arms)))}
+
+
+def _new_figure(width: float, height: float, columns: int = 1) -> tuple[Figure, list[Axes]]:
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, columns, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def _finish(ax: Axes, title: str, xlabel: str, ylabel: str, handles: Sequence[Line2D] | None = None) -> None:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if handles is None:
+        handles = ax.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(handles=list(handles), fontsize="small")
+
+
+def plot_training_curves(histories: Mapping[str, Mapping[int, Sequence[Mapping[str, float]]]], path: Path) -> Path:
+    """reward_mean and f1 over step, one line per (arm, seed): color per arm, linestyle per seed."""
+    colors = arm_colors(list(histories))
+    seeds = sorted({seed for runs in histories.values() for seed in runs})
+    figure, axes = _new_figure(10, 4, columns=2)
+    for ax, key in zip(axes, ["reward_mean", "f1"]):
+        for arm in sorted(histories):
+            for seed in sorted(histories[arm]):
+                rows = [r for r in histories[arm][seed] if key in r and "step" in r]
+                if rows:
+                    ax.plot([r["step"] for r in rows], [r[key] for r in rows], color=colors[arm],
+                            linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)], label=f"{arm} seed {seed}")
+        _finish(ax, f"{key} during training", "step", key)
+    return _save(figure, path)
+
+
+def _legend_handles(colors: Mapping[str, str], markers: Mapping[str, str], seeds: Sequence[int]) -> list[Line2D]:
+    """Proxy entries: arms by color, budgets by marker, seeds by linestyle."""
+    arms = [Line2D([], [], color=c, label=arm) for arm, c in sorted(colors.items())]
+    budgets = [Line2D([], [], color="gray", marker=m, linestyle="none", label=f"budget {b}") for b, m in sorted(markers.items())]
+    lines = [Line2D([], [], color="gray", linestyle=LINESTYLES[i % len(LINESTYLES)], label=f"seed {s}") for i, s in enumerate(seeds)]
+    return arms + budgets + lines
+
+
+def plot_score_vs_compute(points: Sequence[Mapping], path: Path, metric: str = "f1") -> Path:
+    """Score (0-100) against FLOPs spent: color per arm, marker per budget, a line per (arm, seed) in FLOPs
+    order; flops-0 references (e.g. "base") are horizontal dashed lines labeled with the arm name."""
+    colors = arm_colors([p["arm"] for p in points])
+    trained = [p for p in points if p["flops"] > 0]
+    references = [p for p in points if p["flops"] <= 0]
+    markers = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(sorted({p["budget"] for p in trained}))}
+    seeds = sorted({p["seed"] for p in trained})
+    figure, (ax,) = _new_figure(7, 4.5)
+    for arm, seed in sorted({(p["arm"], p["seed"]) for p in trained}):
+        run = sorted((p for p in trained if p["arm"] == arm and p["seed"] == seed), key=lambda p: (p["flops"], p["budget"]))
+        ax.plot([p["flops"] for p in run], [p["score"] for p in run], color=colors[arm], alpha=0.6,
+                linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)])
+        for p in run:
+            ax.scatter([p["flops"]], [p["score"]], color=colors[arm], marker=markers[p["budget"]], zorder=3)
+    handles = _legend_handles({a: colors[a] for a in {p["arm"] for p in trained}}, markers, seeds)
+    for arm in sorted({p["arm"] for p in references}):
+        for p in sorted((p for p in references if p["arm"] == arm), key=lambda p: (p["seed"], p["budget"])):
+            ax.axhline(p["score"], color=colors[arm], linestyle="--", linewidth=1)
+        handles.append(Line2D([], [], color=colors[arm], linestyle="--", label=arm))
+    if trained:
+        ax.set_xscale("log")
+    _finish(ax, f"{metric} vs training compute", FLOPS_LABEL, f"{metric} (macro-average, %)", handles)
+    return _save(figure, path)
+
+
+def _first_seen(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
+    """Forest plot: one row per label (first-appearance order, top down), one estimate with its CI per group."""
+    labels = _first_seen([r["label"] for r in rows])
+    groups = _first_seen([r["group"] for r in rows])
+    step = 0.6 / max(len(groups), 1)
+    figure, (ax,) = _new_figure(7, 1.2 + 0.5 * max(len(labels), 1))
+    for g, group in enumerate(groups):
+        offset = (g - (len(groups) - 1) / 2) * step
+        mine = [r for r in rows if r["group"] == group]
+        ax.errorbar([r["estimate"] for r in mine], [labels.index(r["label"]) + offset for r in mine],
+                    xerr=[[max(r["estimate"] - r["low"], 0) for r in mine], [max(r["high"] - r["estimate"], 0) for r in mine]],
+                    fmt=MARKERS[g % len(MARKERS)], color=COLORS[g % len(COLORS)], capsize=3, label=group)
+    ax.axvline(0, color="black", linewidth=1)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
+    _finish(ax, title, DIFFERENCE_LABEL, "")
+    return _save(figure, path)
+
+
+def markdown_to_html(markdown: str, title: str) -> str:
+    """A standalone HTML page of the markdown (CommonMark plus tables); relative image links are kept as written."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+            f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{body}</body>\n</html>\n")

@@ -1,0 +1,207 @@
+"""Statistics for comparing two training arms (say `a` = central_only, `b` = joint) on per-question scores.
+
+Scores come grouped by benchmark (`Groups`: benchmark name -> per-question scores). The headline number is
+the macro-average: the plain mean within each benchmark, then the plain mean over benchmarks, as the
+FlashRAG / Search-R1 tables average. Everything here is a pure numpy function, deterministic from an integer
+seed (`numpy.random.default_rng(seed)`):
+
+- `bootstrap_ci`: the mean of one sample with a percentile bootstrap confidence interval.
+- `macro_bootstrap_ci`: the macro-average with a stratified bootstrap, resampling questions within each
+  benchmark (in sorted name order), so every resample keeps each benchmark's size and weight.
+- `paired_difference_ci`: macro(a) - macro(b) with a paired stratified bootstrap: the same resampled question
+  indices for both arms, so the question-to-question variation they share cancels.
+- `paired_permutation_pvalue`: a two-sided sign-flip permutation test of "no difference" on the macro-average
+  of per-question differences; exact (all 2**n sign patterns) when that is no more than `permutations`.
+- `seed_spread` and `verdict`: summarise the same comparison repeated over training seeds.
+
+Percentile intervals use `np.quantile` (linear method) at (1 - level)/2 and 1 - (1 - level)/2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Groups = Mapping[str, Sequence[float]]
+
+VERDICTS = ("supported", "contradicted", "inconclusive")
+VERDICT_RULE = (
+    "supported when the paired bootstrap CI of the macro-average difference (first arm minus second, a - b) "
+    "lies entirely above 0 for every seed; contradicted when it lies entirely below 0 for every seed; "
+    "inconclusive otherwise."
+)
+_TIE = 1e-12  # |T| >= |T_obs| - _TIE counts as "at least as extreme" (absorbs float summation order)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate on the full sample and its percentile bootstrap interval [low, high]."""
+
+    estimate: float
+    low: float
+    high: float
+
+    def excludes_zero(self) -> int:
+        """+1 if the interval lies above 0, -1 if below 0, else 0.
+
+        >>> Interval(0.1, 0.05, 0.2).excludes_zero(), Interval(-0.1, -0.2, -0.05).excludes_zero()
+        (1, -1)
+        >>> Interval(0.1, 0.0, 0.2).excludes_zero()
+        0
+        """
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+    def as_dict(self) -> dict[str, float]:
+        """{"estimate": ..., "low": ..., "high": ...} (for JSON metrics files)."""
+        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean, sample std (ddof=1; 0.0 for one value), min, max and count of per-seed values."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+
+
+def _scores(what: str, values: Sequence[float]) -> np.ndarray:
+    """`values` as a non-empty, finite 1-D float array; ValueError naming `what` otherwise."""
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{what} must be a non-empty 1-D sequence of scores (got shape {arr.shape})")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{what} has a non-finite score")
+    return arr
+
+
+def _groups(groups: Groups) -> dict[str, np.ndarray]:
+    """Benchmark -> score array, in sorted benchmark order."""
+    if not groups:
+        raise ValueError("no benchmarks given")
+    return {name: _scores(f"benchmark {name!r}", groups[name]) for name in sorted(groups)}
+
+
+def _paired_differences(a: Groups, b: Groups) -> dict[str, np.ndarray]:
+    """Benchmark -> per-question a - b, in sorted order; a and b must hold the same questions."""
+    if set(a) != set(b):
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        raise ValueError(f"a and b must have the same benchmarks: only in a {only_a}, only in b {only_b}")
+    xs, ys = _groups(a), _groups(b)
+    for name in xs:
+        if xs[name].size != ys[name].size:
+            raise ValueError(f"benchmark {name!r}: a has {xs[name].size} questions, b has {ys[name].size}")
+    return {name: xs[name] - ys[name] for name in xs}
+
+
+def _check(resamples: int, level: float) -> None:
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def _stratified_macro(arrays: Sequence[np.ndarray], rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """[resamples] macro-averages, each resampling every array (in the given order) within itself."""
+    means = [arr[rng.integers(0, arr.size, size=(resamples, arr.size))].mean(axis=1) for arr in arrays]
+    return np.mean(means, axis=0)
+
+
+def _interval(estimate: float, samples: np.ndarray, level: float) -> Interval:
+    low, high = np.quantile(samples, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return Interval(float(estimate), float(low), float(high))
+
+
+def macro_mean(groups: Groups) -> float:
+    """Mean within each benchmark, then the mean over benchmarks.
+
+    >>> macro_mean({"x": [1, 0], "y": [1, 1, 1, 0]})  # (0.5 + 0.75) / 2
+    0.625
+    """
+    return float(np.mean([arr.mean() for arr in _groups(groups).values()]))
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int, resamples: int = 2000, level: float = 0.95) -> Interval:
+    """The mean of `values` with its percentile bootstrap CI.
+
+    >>> bootstrap_ci([0.5, 0.5, 0.5], seed=0)
+    Interval(estimate=0.5, low=0.5, high=0.5)
+    """
+    _check(resamples, level)
+    arr = _scores("values", values)
+    return _interval(arr.mean(), _stratified_macro([arr], np.random.default_rng(seed), resamples), level)
+
+
+def macro_bootstrap_ci(groups: Groups, *, seed: int, resamples: int = 2000, level: float = 0.95) -> Interval:
+    """`macro_mean(groups)` with a stratified percentile bootstrap CI (questions resampled within benchmarks)."""
+    _check(resamples, level)
+    arrays = list(_groups(groups).values())
+    return _interval(macro_mean(groups), _stratified_macro(arrays, np.random.default_rng(seed), resamples), level)
+
+
+def paired_difference_ci(a: Groups, b: Groups, *, seed: int, resamples: int = 2000, level: float = 0.95) -> Interval:
+    """`macro_mean(a) - macro_mean(b)` with a paired stratified bootstrap CI (same question indices for a and b).
+
+    >>> paired_difference_ci({"x": [1, 1]}, {"x": [0, 0]}, seed=0)
+    Interval(estimate=1.0, low=1.0, high=1.0)
+    """
+    _check(resamples, level)
+    diffs = list(_paired_differences(a, b).values())  # mean(a[idx]) - mean(b[idx]) == mean((a - b)[idx])
+    samples = _stratified_macro(diffs, np.random.default_rng(seed), resamples)
+    return _interval(macro_mean(a) - macro_mean(b), samples, level)
+
+
+def paired_permutation_pvalue(a: Groups, b: Groups, *, seed: int, permutations: int = 10000) -> float:
+    """Two-sided sign-flip test of "no difference" on T = macro-average of per-question differences a - b.
+
+    Exact over all 2**n sign patterns when 2**n <= permutations, else Monte Carlo with (1 + hits) / (1 + draws).
+
+    >>> paired_permutation_pvalue({"x": [1, 1, 1]}, {"x": [0, 0, 0]}, seed=0)  # only +++ and --- reach |T| = 1
+    0.25
+    """
+    if permutations < 1:
+        raise ValueError(f"permutations must be >= 1, got {permutations}")
+    diffs = list(_paired_differences(a, b).values())
+    # T(signs) = sum_i signs_i * v_i, with v_i = d_i / (benchmarks * questions in i's benchmark)
+    v = np.concatenate([d / (len(diffs) * d.size) for d in diffs])
+    if not v.any():
+        return 1.0
+    n, threshold = v.size, abs(v.sum()) - _TIE
+    if 2**n <= permutations:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+        return float(np.mean(np.abs(signs @ v) >= threshold))
+    rng, hits, chunk = np.random.default_rng(seed), 0, max(1, 2**20 // n)  # chunks bound memory
+    for start in range(0, permutations, chunk):
+        signs = 1 - 2 * rng.integers(0, 2, size=(min(chunk, permutations - start), n), dtype=np.int8)
+        hits += int(np.count_nonzero(np.abs(signs @ v) >= threshold))
+    return (1 + hits) / (1 + permutations)
+
+
+def seed_spread(values: Sequence[float]) -> Spread:
+    """Mean, sample std (ddof=1), min and max of one number per seed.
+
+    >>> seed_spread([1, 3])
+    Spread(mean=2.0, std=1.4142135623730951, low=1.0, high=3.0, n=2)
+    """
+    arr = _scores("values", values)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return Spread(float(arr.mean()), std, float(arr.min()), float(arr.max()), int(arr.size))
+
+
+def verdict(per_seed: Sequence[Interval]) -> str:
+    """The claim "a > b" from the paired CI of macro(a) - macro(b) of every seed (see VERDICT_RULE).
+
+    >>> verdict([Interval(0.1, 0.02, 0.2), Interval(0.05, -0.01, 0.1)])
+    'inconclusive'
+    """
+    if not per_seed:
+        raise ValueError("verdict needs at least one seed's interval")
+    if all(i.low > 0 for i in per_seed):
+        return "supported"
+    if all(i.high < 0 for i in per_seed):
+        return "contradicted"
+    return "inconclusive"
