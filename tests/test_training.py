@@ -56,14 +56,14 @@ def smoke_run(tmp_path_factory, prefect_server):
     prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={folder}/d.json"])
     build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
                       "--index", str(folder / "index"), "--metrics", str(folder / "r.json")])
-    prepare_backbone(load_config(params).backbone("small"), folder / "start")
+    prepare_backbone(load_config(params).backbone("main"), folder / "start")
     data["train"] = folder / "toy.jsonl"
     write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(folder / "start")[1])))
     return folder, params, data
 
 
 def _stage_args(folder: Path, params: Path, data: dict, arm: str, out: str) -> list[str]:
-    return ["--params", str(params), "--arm", arm, "--seed", "0", "--backbone", "small", "--model", str(folder / "start"),
+    return ["--params", str(params), "--arm", arm, "--seed", "0", "--backbone", "main", "--model", str(folder / "start"),
             "--index", str(folder / "index"), "--train", str(data["train"]), *[f"--{k}={v}" for k, v in _outputs(folder, out).items()]]
 
 

@@ -172,7 +172,7 @@ def stage_inputs(tmp_path_factory, smoke_world):
 
 def run_stage(folder, params, model, name):
     out, metrics = folder / name, folder / f"{name}.json"
-    stage.main(["--params", str(params), "--backbone", "small", "--model", str(model), "--index", str(folder / "index"),
+    stage.main(["--params", str(params), "--backbone", "main", "--model", str(model), "--index", str(folder / "index"),
                 "--train", str(folder / "train.jsonl"), "--out", str(out), "--metrics", str(metrics)])
     return out, json.loads(metrics.read_text())
 
@@ -195,7 +195,7 @@ def test_stage_writes_a_loadable_merged_checkpoint_the_same_bytes_twice(stage_in
 def test_disabled_warm_start_copies_the_backbone_byte_for_byte(stage_inputs, tiny_backbone):
     folder, _ = stage_inputs
     cfg = load_config(write_params(folder / "off", {"warmstart": {"enabled": False}}))
-    metrics = warmstart(cfg, "small", tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy")
+    metrics = warmstart(cfg, "main", tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy")
     assert metrics == {"enabled": False, "content_sha256": content_sha256(tiny_backbone)}
     names = sorted(p.name for p in tiny_backbone.iterdir())
     assert names and names == sorted(p.name for p in (folder / "copy").iterdir())

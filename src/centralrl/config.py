@@ -349,9 +349,9 @@ class Config(Section):
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
     )
     backbones: list[str] = Field(
-        default_factory=lambda: ["small"], min_length=1, description="entries of `models` the experiment runs"
+        default_factory=lambda: ["main"], min_length=1, description="entries of `models` the experiment runs"
     )
-    models: dict[str, ModelConfig] = Field(default_factory=lambda: {"small": ModelConfig()},
+    models: dict[str, ModelConfig] = Field(default_factory=lambda: {"main": ModelConfig()},
                                            description="backbones by name (a catalog: `backbones` picks from it)")
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
