@@ -120,3 +120,12 @@ def _assert_one_parent_run(store: Path) -> None:
     cells = {(r.data.tags["stage"], r.data.tags.get("arm"), r.data.tags.get("seed"), r.data.tags.get("budget")) for r in children}
     assert ("evaluate", "joint", "1", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
     assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)
+
+
+def test_prepare_data_stops_first_naming_what_the_profile_needs(tmp_path, monkeypatch):
+    """A paper profile on this machine: no GPU, no hub, no cluster. The first stage says so before any work."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    params = write_params(tmp_path, {"retrieval": {"elasticsearch": {"url": "http://127.0.0.1:9"}}}, profile="paper-3b")
+    with pytest.raises(SystemExit, match=r"lacks what profile 'paper-3b' needs(.|\n)*missing +hugging face hub(.|\n)*elasticsearch"):
+        _prepare(params, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

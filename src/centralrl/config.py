@@ -297,7 +297,7 @@ class RewardConfig(Section):
 class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
-    steps: int = Field(3, ge=1, description="the most optimizer steps a run takes (one rollout batch each) and the "
+    steps: int = Field(2, ge=1, description="the most optimizer steps a run takes (one rollout batch each) and the "
                        "horizon of the lr schedule; a run stops earlier once every budget is reached")
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
@@ -372,7 +372,7 @@ class Config(Section):
         description="train@<arm>-<seed>-<backbone> per entry; same optimizer, budgets and reward for every arm",
     )
     budgets: dict[str, BudgetConfig] = Field(
-        default_factory=lambda: {"equal_steps": BudgetConfig(steps=2), "equal_tokens": BudgetConfig(trained_tokens=2500)},
+        default_factory=lambda: {"equal_steps": BudgetConfig(steps=2), "equal_tokens": BudgetConfig(trained_tokens=900)},
         min_length=1,
         description="cut points of every run, each evaluated and compared (equal steps, equal trained tokens, ...)",
     )
