@@ -100,7 +100,8 @@ def start_prefect(port: int = 4200, home: str | Path | None = None, log_dir: str
                   host: str = HOST) -> Service:
     """`prefect server start` on host:port; `home` sets PREFECT_HOME (its database), None keeps the caller's."""
     check_port_free(port, "Prefect", host)
-    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # the UI's browser code calls PREFECT_UI_API_URL, which defaults to port 4200 whatever port the server has
+    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_API_URL": f"http://{host}:{port}/api"}
     env.pop("PREFECT_API_URL", None)  # the server must not think it is a client of another server
     if home is not None:
         env["PREFECT_HOME"] = str(Path(home).resolve())
