@@ -35,9 +35,9 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
     """records, reference records, budget cuts and histories, keyed backbone -> arm/reference -> seed -> budget."""
     records, references, cuts, histories = {}, {}, {}, {}
     for b in cfg.backbones:
-        stage = lambda arm, seed: f"evaluate@{arm}-{seed}-{b}"  # noqa: E731
-        records[b] = {arm: {s: {budget: _rows(Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)), stage(arm, s))
-                                for budget in cfg.budgets} for s in cfg.seeds} for arm in cfg.arms}
+        records[b] = {arm: {s: {budget: _rows(Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
+                                              f"evaluate@{arm}-{s}-{b}") for budget in cfg.budgets}
+                            for s in cfg.seeds} for arm in cfg.arms}
         references[b] = {ref: _rows(Path(args.reference_records.format(backbone=b, reference=ref)), f"evaluate_reference@{ref}-{b}")
                          for ref in cfg.references}
         cuts[b] = {arm: {s: _json(Path(args.budgets.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
