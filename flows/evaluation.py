@@ -20,7 +20,7 @@ from tqdm import tqdm
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.evaluation import benchmark_table, episode_record, markdown_table, transcript
-from centralrl.harness.engine import RolePolicy, pick_device
+from centralrl.harness.engine import RolePolicy, open_policy, pick_device
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import atomic_write, read_json, read_jsonl, write_json, write_jsonl
 from centralrl.models.adapters import adapters_of, load_adapters
@@ -37,11 +37,11 @@ def load_questions(path: str) -> list[Question]:
 
 @task(cache_policy=NO_CACHE)
 def load_policy(cfg: Config, backbone: str, model_dir: str, adapters_dir: str | None) -> RolePolicy:
-    """The starting checkpoint with a cut's trained adapters (none for a reference)."""
+    """The starting checkpoint with a cut's trained adapters (none for a reference), on `harness.engine`."""
     model, tokenizer = load_backbone(Path(model_dir), cfg.backbone(backbone).dtype)
     model = load_adapters(model, adapters_dir) if adapters_dir else model
     model.to(pick_device(cfg.harness.device))
-    return RolePolicy(model, tokenizer, adapters_of(model), cfg.harness.batch_size)
+    return open_policy(cfg.harness, model, tokenizer, adapters_of(model), model_dir)
 
 
 @task(cache_policy=NO_CACHE)

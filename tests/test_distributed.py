@@ -1,0 +1,102 @@
+"""Data-parallel training on CPU processes (gloo), started by `accelerate launch` as on a GPU machine: two
+processes make the same update as one, and the train stage relaunches itself and trains with both."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from centralrl.distributed import World, launch_command
+from centralrl.errors import ConfigError
+
+from conftest import REPO, write_params
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_shards_cover_every_item_once_in_order(size):
+    items = list(range(7))
+    shards = [World(rank, size).shard(items) for rank in range(size)]
+    assert sum(shards, []) == items
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_params_must_say_how_many_processes_the_run_was_launched_with(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ConfigError, match="train.processes is 1 but this run was launched with 4"):
+        World.join("cpu", 1)
+
+
+def test_more_processes_than_questions_per_step_is_refused(tmp_path):
+    from centralrl.config import load_config
+
+    params = write_params(tmp_path, {"train": {"processes": 3, "grpo": {"questions_per_step": 2}}})
+    with pytest.raises(ConfigError, match=r"processes \(3\) may not exceed grpo.questions_per_step \(2\)"):
+        load_config(params)
+
+
+def test_several_processes_with_the_vllm_engine_is_refused_not_left_to_collide_on_one_gpu(tmp_path):
+    from centralrl.config import load_config
+
+    params = write_params(tmp_path, {"harness": {"engine": "vllm"}, "train": {"processes": 2}})
+    with pytest.raises(ConfigError, match="every process's vLLM engine would claim the first GPU"):
+        load_config(params)
+
+
+def _accelerate(module_args: list[str], processes: int = 2) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(module_args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_two_processes_make_the_same_update_as_one(tiny_backbone, tmp_path):
+    from distributed_update import summed_gradients
+
+    command = launch_command(2, "distributed_update", [str(tiny_backbone), str(tmp_path), "2"])
+    done = _accelerate(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    alone = summed_gradients(tiny_backbone, World())
+    assert ranks[0].keys() == ranks[1].keys() == alone.keys()
+    assert {name.split(".")[-2] for name in alone} >= {"central", "retrieval", "conclusion"}
+    for name, grad in alone.items():
+        assert torch.equal(ranks[0][name], ranks[1][name]), name  # every process steps with the same gradient
+        assert torch.allclose(ranks[0][name], grad, rtol=1e-4, atol=1e-7), name  # ... the one a single process makes
+    assert any(grad.abs().sum() > 0 for grad in alone.values())
+
+
+@pytest.mark.slow
+def test_the_train_stage_relaunches_itself_with_two_processes(tmp_path):
+    from test_training import TOY, _outputs, toy_questions
+
+    from centralrl.config import load_config
+    from centralrl.io import write_jsonl
+    from centralrl.models.backbone import load_backbone, prepare_backbone
+    from stages import build_index, prepare_data
+
+    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
+                                     "train": {**TOY["train"], "processes": 2}, "budgets": {"two_steps": {"steps": 2}}})
+    data = {name: tmp_path / f"{name}.jsonl" for name in ("train", "test", "corpus")}
+    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={tmp_path}/d.json"])
+    build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
+                      "--index", str(tmp_path / "index"), "--metrics", str(tmp_path / "r.json")])
+    prepare_backbone(load_config(params).backbone("main"), tmp_path / "start")
+    write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(tmp_path / "start")[1])))
+    outputs = _outputs(tmp_path, "joint")
+    command = [sys.executable, "-m", "stages.train", "--params", str(params), "--arm", "joint", "--seed", "0",
+               "--backbone", "main", "--model", str(tmp_path / "start"), "--index", str(tmp_path / "index"),
+               "--train", str(data["train"]), *[f"--{k}={v}" for k, v in outputs.items()]]
+    done = _accelerate(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout
+    history = [json.loads(line) for line in outputs["history"].read_text().splitlines()]
+    grpo = TOY["train"]["grpo"]
+    # each process rolled out one question's group; the step's metrics count both
+    assert [row["episodes"] for row in history] == [grpo["questions_per_step"] * grpo["group_size"]] * 2
+    assert json.loads(outputs["budgets"].read_text())["two_steps"]["step"] == 2
+    assert (outputs["adapters"] / "two_steps" / "central" / "adapter_model.safetensors").is_file()
+

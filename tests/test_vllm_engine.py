@@ -1,0 +1,156 @@
+"""The optional vLLM generation engine: config, the clear error without vLLM, the preflight line, and the
+conversion of a vLLM completion into the transformers engine's record. The last test needs the gpu extra and
+a CUDA GPU (skipped elsewhere): it runs the same prompts through both engines on a tiny Qwen2 with adapters."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from centralrl import plan
+from centralrl.config import HarnessConfig, LoraConfig, load_config
+from centralrl.errors import BackboneError, ConfigError
+from centralrl.harness.engine import RolePolicy, open_policy, trim_generation
+from centralrl.harness.vllm_engine import MISSING, completion_to_generation
+from centralrl.models.backbone import load_backbone
+
+from conftest import write_params
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+FROZEN = {"central": None, "retrieval": None, "conclusion": None, "agent": None}
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny_backbone):
+    return load_backbone(tiny_backbone)
+
+
+def logprob_dicts(ids: list[int], values: list[float]) -> list[dict]:
+    """vLLM's per-token logprobs: a dict token id -> Logprob per step. types.SimpleNamespace(logprob=...) stands
+    in for vllm.logprobs.Logprob (vLLM is not installed here); each step also holds a runner-up token, as with
+    logprobs >= 1, so the conversion must pick the chosen token's entry."""
+    return [{token: SimpleNamespace(logprob=value), token + 1: SimpleNamespace(logprob=value - 5.0)}
+            for token, value in zip(ids, values)]
+
+
+def test_config_takes_the_engine_and_names_a_bad_one(tmp_path):
+    cfg = load_config(write_params(tmp_path / "ok", {"harness": {"engine": "vllm", "vllm": {"max_model_len": 2048}}}))
+    assert cfg.harness.engine == "vllm" and cfg.harness.vllm.max_model_len == 2048
+    assert cfg.harness.vllm.gpu_memory_utilization == 0.4
+    with pytest.raises(ConfigError, match=r"harness\.engine: .*'transformers' or 'vllm'"):
+        load_config(write_params(tmp_path / "bad", {"harness": {"engine": "tensorrt"}}))
+    with pytest.raises(ConfigError, match=r"harness\.vllm\.gpu_memory_utilization: "):
+        load_config(write_params(tmp_path / "worse", {"harness": {"vllm": {"gpu_memory_utilization": 1.5}}}))
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here, so there is no missing-extra error to see")
+def test_open_policy_without_vllm_says_how_to_get_it(backbone, tiny_backbone):
+    model, tokenizer = backbone
+    assert type(open_policy(HarnessConfig(), model, tokenizer, FROZEN, tiny_backbone)) is RolePolicy
+    with pytest.raises(BackboneError) as error:
+        open_policy(HarnessConfig(engine="vllm"), model, tokenizer, FROZEN, tiny_backbone)
+    assert MISSING in str(error.value) and "pip install -e '.[gpu]'" in str(error.value)
+    if not torch.cuda.is_available():
+        assert "needs a CUDA GPU" in str(error.value)
+
+
+def test_preflight_and_plan_name_the_engine(tmp_path):
+    cfg = load_config(write_params(tmp_path, {"harness": {"engine": "vllm"}}))
+    checks = {check.name: check for check in plan.preflight(cfg, tmp_path)}
+    assert "generation engine: vllm (gpu_memory_utilization 0.4, max_model_len 4096" in "\n".join(plan.plan_lines(cfg, tmp_path))
+    if HAS_VLLM and torch.cuda.is_available():
+        assert checks["vllm"].ok
+    else:
+        assert not checks["vllm"].ok
+        assert ("gpu extra" in checks["vllm"].reason) == (not HAS_VLLM)
+        assert ("needs a CUDA GPU" in checks["vllm"].reason) == (not torch.cuda.is_available())
+    default = load_config(write_params(tmp_path / "default"))
+    assert "vllm" not in {check.name for check in plan.preflight(default, tmp_path)}
+    assert "generation engine: transformers" in "\n".join(plan.plan_lines(default, tmp_path))
+
+
+def test_a_vllm_completion_cut_at_a_stop_string_is_the_transformers_record(backbone):
+    tokenizer = backbone[1]
+    prompt = tokenizer.encode("<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n<note>", add_special_tokens=False)
+    ids = tokenizer.encode("the director</note> and more text after", add_special_tokens=False)
+    values = [-0.25 * (i + 1) for i in range(len(ids))]
+    expected = trim_generation(tokenizer, prompt, ids, values, "retrieval")
+    assert expected.text.endswith("</note>") and len(expected.completion_ids) < len(ids)
+    assert completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values), "retrieval") == expected
+
+
+def test_a_vllm_completion_ending_in_eos_is_the_transformers_record(backbone):
+    tokenizer = backbone[1]
+    prompt = tokenizer.encode("<answer>", add_special_tokens=False)
+    ids = tokenizer.encode("Telmarra", add_special_tokens=False) + [tokenizer.eos_token_id]
+    values = [-0.5] * len(ids)
+    generation = completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values), "conclusion")
+    assert generation == trim_generation(tokenizer, prompt, ids, values, "conclusion")
+    assert generation.completion_ids[-1] == tokenizer.eos_token_id and generation.text == "Telmarra"
+    with pytest.raises(BackboneError, match="logprobs=0"):
+        completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values)[:-1], "conclusion")
+
+
+@pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs the gpu extra (vLLM) and a CUDA GPU")
+def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
+    """Same prompts, greedy, a trained-looking adapter on central and a frozen retrieval role, through both engines.
+
+    Exact equality is not expected everywhere: vLLM's attention and LoRA kernels are not transformers'/peft's,
+    so logits differ at float32 rounding level, and a random tiny model has near-ties that such a difference can
+    flip. So: prompt ids equal exactly; first tokens equal with log-probs within 1e-3; most completions equal
+    whole; and the log-probs vLLM records for sampled tokens equal log_softmax(logits / temperature) of the HF
+    model on the same ids (the processed_logprobs semantics the trainer relies on)."""
+    from centralrl.config import ModelConfig, TinyQwen2Config, VllmConfig
+    from centralrl.harness.protocol import PREFILL
+    from centralrl.models.adapters import acting_as, attach_adapters, role_adapters
+    from centralrl.models.backbone import prepare_backbone
+
+    folder = tmp_path / "tiny"  # head size 64: one vLLM's attention backends all take
+    prepare_backbone(ModelConfig(source="tiny_qwen2", tiny=TinyQwen2Config(
+        hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)), folder)
+    model, tokenizer = load_backbone(folder)
+    adapters = role_adapters(["central"], "per_role")
+    model = attach_adapters(model, adapters, LoraConfig(r=8, alpha=16))
+
+    def perturb(seed: int) -> None:  # peft starts lora_B at zero (a no-op adapter); make it matter
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+
+    perturb(0)
+    model.to("cuda").eval()
+    hf = RolePolicy(model, tokenizer, adapters)
+    harness = HarnessConfig(engine="vllm", vllm=VllmConfig(gpu_memory_utilization=0.3, max_model_len=1024, enforce_eager=True))
+    vl = open_policy(harness, model, tokenizer, adapters, folder)
+    questions = ["Who directed the film?", "Where was the founder born?", "Which city is older?", "Who married whom?"]
+    prompts = [hf.encode_chat([{"role": "user", "content": q}], PREFILL["central"]) for q in questions]
+
+    def compare() -> None:
+        firsts = {}
+        for role in ("central", "retrieval"):
+            ours, theirs = hf.generate(role, prompts, 16, greedy=True), vl.generate(role, prompts, 16, greedy=True)
+            assert [g.prompt_ids for g in ours] == [g.prompt_ids for g in theirs] == [tuple(p) for p in prompts]
+            for a, b in zip(ours, theirs):
+                assert a.completion_ids[0] == b.completion_ids[0] and abs(a.logprobs[0] - b.logprobs[0]) < 1e-3
+            assert sum(a.completion_ids == b.completion_ids for a, b in zip(ours, theirs)) >= len(prompts) - 1
+            firsts[role] = [g.completion_ids[:4] for g in theirs]
+        assert firsts["central"] != firsts["retrieval"]  # the adapter is applied (and the frozen role has none)
+
+    compare()
+    perturb(1)  # an optimizer step, as far as the engines can tell
+    vl.weights_changed()
+    compare()
+
+    sampled = vl.generate("central", prompts, 12, greedy=False, temperature=0.7, seed=3)
+    assert sampled == vl.generate("central", prompts, 12, greedy=False, temperature=0.7, seed=3)  # seeded per prompt
+    with torch.no_grad(), acting_as(model, adapters["central"]):
+        for g in sampled:
+            ids = torch.tensor([list(g.prompt_ids) + list(g.completion_ids)], device="cuda")
+            logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float() / 0.7
+            expected = logits.log_softmax(-1).gather(-1, ids[0, len(g.prompt_ids):, None]).squeeze(-1)
+            assert torch.allclose(expected.cpu(), torch.tensor(g.logprobs), atol=1e-3)
