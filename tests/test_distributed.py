@@ -47,6 +47,16 @@ def test_several_processes_with_the_vllm_engine_is_refused_not_left_to_collide_o
         load_config(params)
 
 
+def test_the_preflight_wants_a_gpu_per_process_on_cuda(tmp_path):
+    from centralrl.config import load_config
+    from centralrl.plan import preflight
+
+    cfg = load_config(write_params(tmp_path, {"harness": {"device": "cuda"}, "train": {"processes": 2}}))
+    gpus = next(check for check in preflight(cfg, tmp_path) if check.name == "gpus")
+    assert gpus.ok == (torch.cuda.device_count() >= 2)
+    assert f"this machine has {torch.cuda.device_count()}" in gpus.reason
+
+
 def _accelerate(module_args: list[str], processes: int = 2) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
     return subprocess.run(module_args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

