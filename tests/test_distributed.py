@@ -14,7 +14,7 @@ import torch
 from centralrl.distributed import World, launch_command
 from centralrl.errors import ConfigError
 
-from conftest import REPO, write_params
+from conftest import REPO, TOY, write_params
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
@@ -80,25 +80,15 @@ def test_two_processes_make_the_same_update_as_one(tiny_backbone, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_train_stage_relaunches_itself_with_two_processes(tmp_path):
-    from test_training import TOY, _outputs, toy_questions
+def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_path):
+    from test_training import _outputs
 
-    from centralrl.config import load_config
-    from centralrl.io import write_jsonl
-    from centralrl.models.backbone import load_backbone, prepare_backbone
-    from stages import build_index, prepare_data
-
+    folder, _, data = smoke_run
     params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
                                      "train": {**TOY["train"], "processes": 2}, "budgets": {"two_steps": {"steps": 2}}})
-    data = {name: tmp_path / f"{name}.jsonl" for name in ("train", "test", "corpus")}
-    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={tmp_path}/d.json"])
-    build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
-                      "--index", str(tmp_path / "index"), "--metrics", str(tmp_path / "r.json")])
-    prepare_backbone(load_config(params).backbone("main"), tmp_path / "start")
-    write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(tmp_path / "start")[1])))
     outputs = _outputs(tmp_path, "joint")
     command = [sys.executable, "-m", "stages.train", "--params", str(params), "--arm", "joint", "--seed", "0",
-               "--backbone", "main", "--model", str(tmp_path / "start"), "--index", str(tmp_path / "index"),
+               "--backbone", "main", "--model", str(folder / "start"), "--index", str(folder / "index"),
                "--train", str(data["train"]), *[f"--{k}={v}" for k, v in outputs.items()]]
     done = _accelerate(command)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,4 +99,3 @@ def test_the_train_stage_relaunches_itself_with_two_processes(tmp_path):
     assert [row["episodes"] for row in history] == [grpo["questions_per_step"] * grpo["group_size"]] * 2
     assert json.loads(outputs["budgets"].read_text())["two_steps"]["step"] == 2
     assert (outputs["adapters"] / "two_steps" / "central" / "adapter_model.safetensors").is_file()
-
