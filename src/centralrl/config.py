@@ -103,6 +103,9 @@ class DataConfig(Section):
     )
     corpus: list[CorpusSource] = Field(default_factory=list, description="extra passage files for the corpus")
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    train_overlap: Literal["refuse", "drop"] = Field(
+        "refuse", description="an evaluation question that is also a training question (same id or normalized "
+        "text): refuse the dataset, or drop the training copy (counted in metrics/data.json)")
 
 
 class ElasticsearchConfig(Section):

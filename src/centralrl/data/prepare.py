@@ -2,7 +2,9 @@
 
 Checks that make a dataset trustworthy, each refusing with a message that names the offenders:
 question ids are unique; no evaluation question is also a training question (same id or the same
-normalized text); every supporting passage id is in the corpus; one passage id never carries two texts.
+normalized text; with `data.train_overlap: drop` the training copies are dropped instead, and counted: open-
+domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one passage id
+never carries two texts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from centralrl.schema import SPLITS, Passage, Question
 class Dataset:
     questions: list[Question]
     passages: list[Passage]
+    dropped_overlap: int | None = None  # training questions dropped as copies of evaluation ones (None: refused)
 
     def split(self, name: str) -> list[Question]:
         return [q for q in self.questions if q.split == name]
@@ -49,21 +52,29 @@ def check_unique_ids(questions: list[Question]) -> None:
         raise DataError(f"question ids occur more than once: {_examples(repeated)}")
 
 
+def overlapping_train(questions: list[Question]) -> dict[str, str]:
+    """Training question id -> the evaluation question it repeats (same id or the same normalized text)."""
+    evaluation = [q for q in questions if q.split != "train"]
+    by_id = {q.id: q.id for q in evaluation}
+    by_text = {normalize_answer(q.question): q.id for q in evaluation}
+    return {q.id: by_id.get(q.id) or by_text[normalize_answer(q.question)] for q in questions
+            if q.split == "train" and (q.id in by_id or normalize_answer(q.question) in by_text)}
+
+
 def check_no_overlap(questions: list[Question]) -> None:
     """Refuse a dataset where an evaluation question is also a training question, by id or by normalized text."""
-    train = [q for q in questions if q.split == "train"]
-    train_ids = {q.id for q in train}
-    train_texts = {normalize_answer(q.question): q.id for q in train}
-    clashes = []
-    for q in (q for q in questions if q.split != "train"):
-        other = q.id if q.id in train_ids else train_texts.get(normalize_answer(q.question))
-        if other is not None:
-            clashes.append(f"{q.id} = train {other}")
+    clashes = [f"{test} = train {train}" for train, test in overlapping_train(questions).items()]
     if clashes:
         raise DataError(
             f"{len(clashes)} evaluation question(s) also appear in training: {_examples(clashes)}; "
-            "remove them from one split (never train on a dev or test file)"
+            "remove them from one split (never train on a dev or test file), or set data.train_overlap: drop"
         )
+
+
+def drop_overlap(questions: list[Question]) -> tuple[list[Question], int]:
+    """The questions without the training copies of evaluation questions, and how many were dropped."""
+    copies = overlapping_train(questions)
+    return [q for q in questions if not (q.split == "train" and q.id in copies)], len(copies)
 
 
 def check_supporting_ids(questions: list[Question], passages: list[Passage]) -> None:
@@ -99,11 +110,14 @@ def collect(data: DataConfig) -> Dataset:
     passage_groups.extend(formats.load_corpus(source, root) for source in data.corpus)
     passages = merge_passages(passage_groups)
     check_unique_ids(questions)
+    dropped = None
+    if data.train_overlap == "drop":
+        questions, dropped = drop_overlap(questions)
     check_no_overlap(questions)
     check_supporting_ids(questions, passages)
     if not any(q.split == "test" for q in questions):
         raise DataError("no evaluation questions: at least one source must have split 'test'")
-    return Dataset(questions, passages)
+    return Dataset(questions, passages, dropped)
 
 
 def counts(dataset: Dataset) -> dict:
@@ -114,7 +128,9 @@ def counts(dataset: Dataset) -> dict:
         row["questions"] += 1
         row["with_supporting_passages"] += bool(q.supporting_passage_ids)
         row["with_decomposition"] += bool(q.decomposition)
+    dropped = {} if dataset.dropped_overlap is None else {"train_dropped_as_overlap": dataset.dropped_overlap}
     return {
         "corpus_passages": len(dataset.passages),
+        **dropped,
         **{split: dict(sorted(rows.items())) for split, rows in table.items()},
     }

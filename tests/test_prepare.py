@@ -1,0 +1,34 @@
+"""Assembling the dataset: an evaluation question that is also a training question is refused, or with
+`data.train_overlap: drop` its training copy is dropped and counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from centralrl.config import DataConfig, QuestionSource
+from centralrl.data.prepare import collect, counts
+from centralrl.errors import DataError
+from centralrl.io import write_jsonl
+
+
+def _sources(tmp_path) -> list[QuestionSource]:
+    write_jsonl(tmp_path / "train.jsonl", [{"id": "t1", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+                                           {"id": "t2", "question": "Capital of France?", "answer": "Paris"},
+                                           {"id": "t3", "question": "Who painted the Mona Lisa?", "answer": "Leonardo"}])
+    write_jsonl(tmp_path / "test.jsonl", [{"id": "e1", "question": "who wrote  hamlet", "answer": "Shakespeare"},
+                                          {"id": "e2", "question": "Tallest mountain?", "answer": "Everest"}])
+    return [QuestionSource(kind="qa_jsonl", path="train.jsonl", benchmark="nq", split="train"),
+            QuestionSource(kind="qa_jsonl", path="test.jsonl", benchmark="nq", split="test")]
+
+
+def test_a_training_copy_of_an_evaluation_question_is_refused_by_default(tmp_path):
+    with pytest.raises(DataError, match=r"1 evaluation question\(s\) also appear in training: 'nq/e1 = train nq/t1'.*"
+                                        r"data.train_overlap: drop"):
+        collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path)))
+
+
+def test_drop_removes_the_training_copy_and_counts_it(tmp_path):
+    dataset = collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path), train_overlap="drop"))
+    assert [q.id for q in dataset.split("train")] == ["nq/t2", "nq/t3"]
+    assert [q.id for q in dataset.split("test")] == ["nq/e1", "nq/e2"]
+    assert counts(dataset)["train_dropped_as_overlap"] == 1
