@@ -108,7 +108,7 @@ def evaluate_one(cfg: Config, name: str, tags: dict, questions: list[Question], 
     result = {"scores": write_results(episodes, out_dir, cfg.tracking.transcripts),
               "compute": compute_spent(episodes, ModelShape.of(policy.model))}
     seconds = time.perf_counter() - started
-    timing = policy.clock.totals() | peak_memory() | {"accelerator_hours": accelerator_hours(seconds)}
+    timing = policy.clock.totals() | peak_memory() | {"accelerator_hours": accelerator_hours(seconds, policy.device)}
     log_run(open_tracker(cfg.tracking), cfg, name, tags, result, timing, out_dir)
     return result
 

@@ -105,8 +105,9 @@ def cut_reached_budgets(cfg: Config, trainer: Trainer, progress: Progress, state
 
 def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
     """The machine-dependent side of a step (MLflow only): wall and CPU seconds per phase, peak memory."""
-    timing = trainer.policy.clock.totals() | peak_memory() | {"step_seconds": seconds,
-                                                               "accelerator_hours": accelerator_hours(seconds)}
+    world = trainer.world
+    timing = trainer.policy.clock.totals() | peak_memory() | {
+        "step_seconds": seconds, "accelerator_hours": accelerator_hours(seconds, world.device, world.size)}
     trainer.policy.clock.reset()
     return timing
 

@@ -70,5 +70,5 @@ def test_phase_clock():
 
 def test_peak_memory_and_accelerator_hours():
     assert peak_memory()["peak_rss_mb"] > 0
-    if not torch.cuda.is_available():
-        assert accelerator_hours(3600) == 0.0
+    assert accelerator_hours(3600, torch.device("cpu"), processes=2) == 0.0
+    assert accelerator_hours(900, torch.device("cuda", 1), processes=8) == 2.0  # counted, not measured: no GPU needed

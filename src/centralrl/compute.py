@@ -132,6 +132,10 @@ def peak_memory() -> dict[str, float]:
     return out
 
 
-def accelerator_hours(wall_seconds: float) -> float:
-    """Accelerator-hours for ``wall_seconds`` on every visible CUDA device (0.0 without one)."""
-    return wall_seconds / 3600 * torch.cuda.device_count()
+def accelerator_hours(wall_seconds: float, device: torch.device, processes: int = 1) -> float:
+    """Accelerator-hours of `processes` processes, one GPU each, for `wall_seconds` (0.0 off CUDA).
+
+    >>> accelerator_hours(1800, torch.device("cuda"), processes=4), accelerator_hours(1800, torch.device("cpu"))
+    (2.0, 0.0)
+    """
+    return wall_seconds / 3600 * processes if device.type == "cuda" else 0.0
