@@ -188,7 +188,7 @@ class Trainer:
         with self.policy.clock.phase("update"):
             self.policy.model.train()
             local = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id,
-                           denominator) if samples else {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
+                           denominator)
             self.world.sum_gradients(self.parameters)
             grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if denominator else 0.0
             self.optimizer.step()
@@ -197,6 +197,12 @@ class Trainer:
             self.policy.model.eval()
         self.policy.weights_changed()
         self.step += 1
+        return self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
+
+    def gathered_metrics(self, episodes: Sequence[Episode], rewards: torch.Tensor, samples: Sequence[Sample],
+                     local: dict[str, float], grad_norm: float) -> dict[str, float]:
+        """The step's metrics over every process's episodes, samples and update sums."""
+        g = self.cfg.train.grpo
         totals = dict(zip(local, self.world.total(list(local.values()))))
         episodes, samples = self.world.gather(episodes), self.world.gather(samples)
         rewards = torch.tensor(self.world.gather(rewards.flatten().tolist())).view(-1, g.group_size)
