@@ -41,12 +41,27 @@ from centralrl.seeding import derive_seed
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
 
 
-def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[Path]) -> str:
-    """What makes a saved state resumable: the params that shape this run and the content of its inputs."""
+def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[Path], code: str) -> str:
+    """What makes a saved state resumable: the params that shape this run, the content of its inputs, and the
+    code that runs it (a fix to the trainer must not resume a state the old trainer left)."""
     shaping = cfg.model_dump(include={"train", "lora", "harness", "budgets"}) | {
         "arm": cfg.arm(arm).model_dump(), "seed": seed, "model": cfg.backbone(backbone).model_dump(),
-        "top_k": cfg.retrieval.top_k, "inputs": [content_sha256(p) if p.is_dir() else _file_sha256(p) for p in inputs]}
+        "top_k": cfg.retrieval.top_k, "inputs": [content_sha256(p) if p.is_dir() else _file_sha256(p) for p in inputs],
+        "code": code}
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
+
+
+def source_sha256(files: list[Path]) -> str:
+    """One hash over the contents of `files`, whatever their order or the folder they were checked out in."""
+    return hashlib.sha256("".join(sorted(_file_sha256(path) for path in files)).encode()).hexdigest()
+
+
+def training_code() -> list[Path]:
+    """The sources a training run executes: the centralrl package, this flow and the train stage."""
+    import centralrl
+    import stages.train
+
+    return [*Path(centralrl.__file__).parent.rglob("*.py"), Path(__file__), Path(stages.train.__file__)]
 
 
 def _file_sha256(path: Path) -> str:
@@ -136,7 +151,8 @@ def train_cell(params_path: str, arm: str, seed: int, backbone: str, model_dir: 
     cfg = load_config(params_path)
     world = World.join(cfg.harness.device, cfg.train.processes)
     state = Path(state_dir)
-    key = fingerprint(cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)])
+    key = fingerprint(cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)],
+                      source_sha256(training_code()))
     trainer, progress = phases.build(cfg, arm, seed, backbone, model_dir, index_dir, train_path, state_dir, key, world)
     resumed_from = trainer.step
     tracker = open_tracker(cfg.tracking) if world.is_main else NullTracker()

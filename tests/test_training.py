@@ -224,3 +224,21 @@ def test_spending_sums_what_the_budgets_are_stated_in():
                {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0}]
     # tokens 10 + 5 + 7 = 22; FLOPs (100 + 300) + (50 + 150) = 600
     assert spending(history, 12.5) == {"steps": 2.0, "trained_tokens": 22.0, "flops": 600.0, "wall_seconds": 12.5}
+
+
+def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
+    """A fix to the trainer must retrain, not resume (and so rewrite) what the old trainer left."""
+    import centralrl.rl.grpo
+    from flows.training import fingerprint, source_sha256, training_code
+
+    assert Path(centralrl.rl.grpo.__file__) in training_code()
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    files[0].write_text("loss = -advantage * ratio\n")
+    files[1].write_text("clip = 0.2\n")
+    before = source_sha256(files)
+    assert source_sha256(files[::-1]) == before
+    files[0].write_text("loss = -advantage * ratio.clamp(0.8, 1.2)\n")
+    assert source_sha256(files) != before
+    cfg = load_config(write_params(tmp_path))
+    keys = {fingerprint(cfg, "joint", 0, "main", [files[1]], code) for code in (before, source_sha256(files))}
+    assert len(keys) == 2

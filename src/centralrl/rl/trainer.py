@@ -26,7 +26,8 @@ count every process's episodes. One process is the default and makes exactly the
 Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, the
 torch/python/numpy generator states, the history, the cuts so far and the wall-clock spent) is written
 atomically to `state_dir/step-<n>`; a restarted run loads the newest one whose fingerprint (params that shape
-the run and the content of its inputs) matches, so a state left by other params is never resumed. Every draw
+the run, the content of its inputs, the training code) matches, so a state left by other params or other code
+is never resumed. Every draw
 of a step derives from (seed, step), so a resumed run ends byte-identical to an uninterrupted one.
 """
 
