@@ -287,7 +287,7 @@ def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
     """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
     done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
     if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
-        print(f"{state_dir}: saved by a run with other params or inputs; starting from step 0")
+        print(f"{state_dir}: saved by a run with other params, inputs or code; starting from step 0")
         shutil.rmtree(state_dir)
         return None
     return done[-1] if done else None
