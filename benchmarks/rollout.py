@@ -24,19 +24,17 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
+from centralrl.assembly import load_model, run_settings
 from centralrl.config import load_config
-from centralrl.harness.engine import RolePolicy, open_policy, pick_device
-from centralrl.harness.episodes import RunSettings, run_central
-from centralrl.io import read_jsonl, write_json
-from centralrl.models.backbone import load_backbone
+from centralrl.harness.engine import RolePolicy, open_policy
+from centralrl.harness.episodes import run_central
+from centralrl.io import write_json
+from centralrl.models.adapters import adapters_of
 from centralrl.retrieval import open_retriever
-from centralrl.schema import Question
-
-FROZEN = {"central": None, "retrieval": None, "conclusion": None, "agent": None}
+from centralrl.schema import read_questions
 
 
 def generated_tokens(episodes) -> int:
@@ -122,17 +120,15 @@ def main() -> None:
     args = parser.parse_args()
 
     cfg = load_config(args.params)
-    questions = [Question.from_json(row, where) for where, row in read_jsonl(args.questions)]
+    questions = read_questions(args.questions)
     questions = questions[:: max(1, len(questions) // args.n)][: args.n]
-    model, tokenizer = load_backbone(Path(args.model), cfg.backbone(args.backbone).dtype)
-    model.to(pick_device(cfg.harness.device))
+    model, tokenizer = load_model(cfg, args.backbone, args.model)
     engines = ("transformers", "vllm") if args.compare_engines else (args.engine,)
-    policies = {name: open_policy(cfg.harness.model_copy(update={"engine": name}), model, tokenizer, FROZEN, args.model)
-                for name in engines}
+    policies = {name: open_policy(cfg.harness.model_copy(update={"engine": name}), model, tokenizer,
+                                  adapters_of(model), args.model) for name in engines}
     retriever = open_retriever(cfg.retrieval, args.index)
     h = cfg.harness
-    settings = RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=False,
-                           temperature=h.temperature, seed=cfg.seeds[0])
+    settings = run_settings(cfg, greedy=False, seed=cfg.seeds[0])
     torch.set_num_threads(os.cpu_count() or 1)
 
     figures = {

@@ -17,75 +17,36 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from tqdm import tqdm
 
+from centralrl.assembly import run_settings, trained_policy
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
-from centralrl.evaluation import benchmark_table, episode_record, markdown_table, transcript
-from centralrl.harness.engine import RolePolicy, open_policy, pick_device
+from centralrl.evaluation import compute_spent, copy_evaluation, cuts_by_step, markdown_table, write_evaluation
+from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
-from centralrl.io import atomic_write, read_json, read_jsonl, write_json, write_jsonl
-from centralrl.models.adapters import adapters_of, load_adapters
-from centralrl.models.backbone import load_backbone
+from centralrl.io import read_json, write_json
 from centralrl.retrieval import Retriever, open_retriever
-from centralrl.schema import Question
+from centralrl.schema import Question, read_questions
 from centralrl.tracking import Tracker, cell_tags, open_tracker
 
-
-@task
-def load_questions(path: str) -> list[Question]:
-    return [Question.from_json(row, where) for where, row in read_jsonl(path)]
-
-
-@task(cache_policy=NO_CACHE)
-def load_policy(cfg: Config, backbone: str, model_dir: str, adapters_dir: str | None) -> RolePolicy:
-    """The starting checkpoint with a cut's trained adapters (none for a reference), on `harness.engine`."""
-    model, tokenizer = load_backbone(Path(model_dir), cfg.backbone(backbone).dtype)
-    model = load_adapters(model, adapters_dir) if adapters_dir else model
-    model.to(pick_device(cfg.harness.device))
-    return open_policy(cfg.harness, model, tokenizer, adapters_of(model), model_dir)
+load_questions = task(read_questions, name="load_questions")
+# the starting checkpoint with a cut's trained adapters (none for a reference), on `harness.engine`
+load_policy = task(trained_policy, name="load_policy", cache_policy=NO_CACHE)
+write_results = task(write_evaluation, name="write_results", cache_policy=NO_CACHE)
 
 
 @task(cache_policy=NO_CACHE)
-def rollout(questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str, settings: RunSettings) -> list[Episode]:
+def rollout(questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str,
+            settings: RunSettings) -> list[Episode]:
     return TOPOLOGIES[topology](questions, policy, retriever, settings)
 
 
-def run_all(cfg: Config, name: str, questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str) -> list[Episode]:
-    h = cfg.harness
-    settings = RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=True, seed=0)
+def run_all(cfg: Config, name: str, questions: list[Question], policy: RolePolicy, retriever: Retriever,
+            topology: str) -> list[Episode]:
+    settings = run_settings(cfg, greedy=True, seed=0)
     episodes: list[Episode] = []
     for start in tqdm(range(0, len(questions), cfg.evaluate.chunk_size), desc=f"evaluate@{name}", unit="chunk"):
         episodes += rollout(questions[start : start + cfg.evaluate.chunk_size], policy, retriever, topology, settings)
     return episodes
-
-
-def compute_spent(episodes: list[Episode], shape: ModelShape) -> dict[str, float]:
-    """Deterministic cost of an evaluation: prompt and generated tokens per role, estimated FLOPs."""
-    spent: dict[str, float] = {"flops": float(sum(e.flops(shape) for e in episodes))}
-    for episode in episodes:
-        for role, row in episode.tokens_by_role().items():
-            for kind in ("prompt", "generated"):
-                spent[f"{kind}_tokens.{role}"] = spent.get(f"{kind}_tokens.{role}", 0.0) + row[kind]
-    return dict(sorted(spent.items()))
-
-
-@task(cache_policy=NO_CACHE)
-def write_results(episodes: list[Episode], out_dir: Path, transcripts: int) -> dict:
-    records = [episode_record(e) for e in episodes]
-    table = benchmark_table(records)
-    write_jsonl(out_dir / "records.jsonl", records)
-    with atomic_write(out_dir / "transcripts.md") as handle:
-        handle.write(markdown_table(table) + "\n" + "\n".join(transcript(e) for e in _spread(episodes, transcripts)))
-    return table
-
-
-def _spread(episodes: list[Episode], n: int) -> list[Episode]:
-    """n episodes spread over the benchmarks (the first of each, then the second, ...), for readable samples."""
-    seen: dict[str, int] = {}
-    ranked = []
-    for episode in episodes:
-        rank = seen[episode.question.benchmark] = seen.get(episode.question.benchmark, -1) + 1
-        ranked.append((rank, episode))
-    return [episode for _, episode in sorted(ranked, key=lambda pair: pair[0])][:n]
 
 
 @task(cache_policy=NO_CACHE)
@@ -129,7 +90,7 @@ def evaluation_flow(params_path: str, backbone: str, model_dir: str, index_dir: 
         write_json(metrics_path, result)
         return result
     results = {}
-    for step, (first, *same) in _cuts_by_step(read_json(budgets_path)).items():
+    for step, (first, *same) in cuts_by_step(read_json(budgets_path)).items():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first))
         name = f"{arm}-{seed}-{backbone}"
         results[first] = evaluate_one(cfg, f"{name}-{first}", cell_tags(cfg, arm=arm, seed=seed, backbone=backbone,
@@ -137,21 +98,9 @@ def evaluation_flow(params_path: str, backbone: str, model_dir: str, index_dir: 
                                       Path(out_dir) / first)
         for budget in same:  # the same adapters: evaluated once, written and logged as each budget's cell
             results[budget] = results[first]
-            _copy_evaluation(Path(out_dir) / first, Path(out_dir) / budget)
+            copy_evaluation(Path(out_dir) / first, Path(out_dir) / budget)
             log_run(open_tracker(cfg.tracking), cfg, f"{name}-{budget}", cell_tags(
                 cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step), results[first], {}, Path(out_dir) / budget)
     write_json(metrics_path, dict(sorted(results.items())))
     return results
 
-
-def _cuts_by_step(cuts: dict) -> dict[int, list[str]]:
-    by_step: dict[int, list[str]] = {}
-    for budget, cut in sorted(cuts.items()):
-        by_step.setdefault(cut["step"], []).append(budget)
-    return dict(sorted(by_step.items()))
-
-
-def _copy_evaluation(source: Path, target: Path) -> None:
-    for name in ("records.jsonl", "transcripts.md"):
-        with atomic_write(target / name) as handle:
-            handle.write((source / name).read_text(encoding="utf-8"))

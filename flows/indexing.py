@@ -15,7 +15,7 @@ from centralrl.errors import ServiceUnavailable
 from centralrl.io import atomic_directory, read_jsonl, write_json
 from centralrl.retrieval import Retriever, build_index, save_index
 from centralrl.retrieval.recall import recall_table
-from centralrl.schema import Passage, Question
+from centralrl.schema import Passage, read_questions
 
 
 @task
@@ -43,8 +43,7 @@ def save(index: Retriever, cfg: RetrievalConfig, passages: int, directory: str) 
 def report(index: Retriever, cfg: RetrievalConfig, question_files: list[str], metrics_path: str) -> dict:
     tables = {}
     for path in question_files:
-        questions = [Question.from_json(row, where) for where, row in read_jsonl(path)]
-        tables[Path(path).stem] = recall_table(questions, index, cfg.recall_ks, cfg.query_batch_size)
+        tables[Path(path).stem] = recall_table(read_questions(path), index, cfg.recall_ks, cfg.query_batch_size)
     write_json(metrics_path, tables)
     return tables
 

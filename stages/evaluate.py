@@ -4,7 +4,7 @@ greedy, on every test question."""
 
 from __future__ import annotations
 
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,4 +36,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, prefect_server=True)

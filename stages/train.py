@@ -7,10 +7,9 @@ machines included) with `train.processes` set to the total number of processes."
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,18 +28,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from centralrl.config import load_config
-    from centralrl.distributed import World, launch_command, needs_launch
+    from centralrl.distributed import World, launch, needs_launch
 
     cfg = load_config(args.params)
     if needs_launch(cfg.train.processes):
-        sys.exit(subprocess.run(launch_command(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv)).returncode)
-    from flows.training import train_cell, training_flow
+        sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
+    from centralrl.rl.run import train_cell
+    from flows.training import training_flow
 
     run = training_flow if World.join(cfg.harness.device, cfg.train.processes).is_main else train_cell
     summary = run(args.params, args.arm, args.seed, args.backbone, args.model, args.index, args.train,
-                  args.adapters, args.budgets, args.state, args.history, args.metrics)
+                  args.adapters, args.budgets, args.state, args.history, args.metrics, entry=__file__)
     print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, prefect_server=True)

@@ -207,7 +207,7 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
 
 def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
     from centralrl.io import write_json
-    from centralrl.rl.trainer import latest_state
+    from centralrl.rl.checkpoint import latest_state
 
     state = tmp_path / "state"
     write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "params-a"})
@@ -218,7 +218,7 @@ def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
 
 
 def test_spending_sums_what_the_budgets_are_stated_in():
-    from centralrl.rl.trainer import spending
+    from centralrl.rl.run import spending
 
     history = [{"trained_tokens.central": 10.0, "trained_tokens.retrieval": 5.0, "flops.generation": 100.0, "flops.update": 300.0},
                {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0}]
@@ -227,18 +227,25 @@ def test_spending_sums_what_the_budgets_are_stated_in():
 
 
 def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
-    """A fix to the trainer must retrain, not resume (and so rewrite) what the old trainer left."""
-    import centralrl.rl.grpo
-    from flows.training import fingerprint, source_sha256, training_code
+    """A fix to the trainer must retrain, not resume (and so rewrite) what the old trainer left. The code hashed
+    is what the train stage imports, the rule of its DVC deps; a module it does not import is left out."""
+    from centralrl.codedeps import project_sources
+    from centralrl.rl.run import code_sha256, fingerprint
 
-    assert Path(centralrl.rl.grpo.__file__) in training_code()
-    files = [tmp_path / "a.py", tmp_path / "b.py"]
-    files[0].write_text("loss = -advantage * ratio\n")
-    files[1].write_text("clip = 0.2\n")
-    before = source_sha256(files)
-    assert source_sha256(files[::-1]) == before
-    files[0].write_text("loss = -advantage * ratio.clamp(0.8, 1.2)\n")
-    assert source_sha256(files) != before
+    assert Path("src/centralrl/rl/grpo.py") in project_sources([REPO / "stages" / "train.py"], REPO)
+    project = tmp_path / "project"
+    files = {"stages/train.py": "from centralrl.rl import grpo\n", "src/centralrl/rl/grpo.py": "clip = 0.2\n",
+             "src/centralrl/report.py": "title = 'report'\n"}
+    for name, text in {**files, "src/centralrl/__init__.py": "", "src/centralrl/rl/__init__.py": ""}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    entry = project / "stages" / "train.py"
+    before = code_sha256(entry)
+    (project / "src/centralrl/report.py").write_text("title = 'another report'\n")
+    assert code_sha256(entry) == before
+    (project / "src/centralrl/rl/grpo.py").write_text("clip = 0.3\n")
+    after = code_sha256(entry)
+    assert after != before
     cfg = load_config(write_params(tmp_path))
-    keys = {fingerprint(cfg, "joint", 0, "main", [files[1]], code) for code in (before, source_sha256(files))}
+    keys = {fingerprint(cfg, "joint", 0, "main", [entry], code) for code in (before, after)}
     assert len(keys) == 2

@@ -2,16 +2,23 @@
 
 Every question of the evaluation set is scored (no drops); a question whose episode produced no answer
 scores 0. Benchmark means are plain means over its questions; `macro` averages the benchmark means, the
-way the published tables report their average.
+way the published tables report their average. `write_evaluation` writes one evaluation's records and
+transcripts; `compute_spent` is its deterministic cost; `cuts_by_step` groups a trained cell's budget cuts
+that fell on the same step (the same adapters, evaluated once).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
+from centralrl.compute import ModelShape
 from centralrl.harness.episodes import Episode
+from centralrl.io import atomic_write, write_jsonl
 from centralrl.metrics import METRICS
+
+EVALUATION_FILES = ("records.jsonl", "transcripts.md")
 
 
 def episode_record(episode: Episode) -> dict:
@@ -79,3 +86,49 @@ def transcript(episode: Episode) -> str:
         lines.append(f"- turn {call.turn}, **{call.role}**{flag}: `{call.text.strip()}`")
     lines.append(f"\n**Prediction:** {episode.prediction or '(none)'}; forced: {episode.forced}\n")
     return "\n".join(lines)
+
+
+def write_evaluation(episodes: Sequence[Episode], out_dir: Path, transcripts: int) -> dict:
+    """Write records.jsonl and transcripts.md (the table, then `transcripts` episodes) into `out_dir`; return
+    the per-benchmark table."""
+    records = [episode_record(e) for e in episodes]
+    table = benchmark_table(records)
+    write_jsonl(out_dir / "records.jsonl", records)
+    with atomic_write(out_dir / "transcripts.md") as handle:
+        handle.write(markdown_table(table) + "\n" + "\n".join(transcript(e) for e in _spread(episodes, transcripts)))
+    return table
+
+
+def _spread(episodes: Sequence[Episode], n: int) -> list[Episode]:
+    """n episodes spread over the benchmarks (the first of each, then the second, ...), for readable samples."""
+    seen: dict[str, int] = {}
+    ranked = []
+    for episode in episodes:
+        rank = seen[episode.question.benchmark] = seen.get(episode.question.benchmark, -1) + 1
+        ranked.append((rank, episode))
+    return [episode for _, episode in sorted(ranked, key=lambda pair: pair[0])][:n]
+
+
+def copy_evaluation(source: Path, target: Path) -> None:
+    """The files `write_evaluation` wrote in `source`, written again in `target`."""
+    for name in EVALUATION_FILES:
+        with atomic_write(target / name) as handle:
+            handle.write((source / name).read_text(encoding="utf-8"))
+
+
+def compute_spent(episodes: Sequence[Episode], shape: ModelShape) -> dict[str, float]:
+    """Deterministic cost of an evaluation: prompt and generated tokens per role, estimated FLOPs."""
+    spent: dict[str, float] = {"flops": float(sum(e.flops(shape) for e in episodes))}
+    for episode in episodes:
+        for role, row in episode.tokens_by_role().items():
+            for kind in ("prompt", "generated"):
+                spent[f"{kind}_tokens.{role}"] = spent.get(f"{kind}_tokens.{role}", 0.0) + row[kind]
+    return dict(sorted(spent.items()))
+
+
+def cuts_by_step(cuts: dict) -> dict[int, list[str]]:
+    """A trained cell's budgets grouped by the step their cut fell on (budgets.json -> {step: [budget, ...]})."""
+    by_step: dict[int, list[str]] = {}
+    for budget, cut in sorted(cuts.items()):
+        by_step.setdefault(cut["step"], []).append(budget)
+    return dict(sorted(by_step.items()))

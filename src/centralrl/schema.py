@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from centralrl.errors import DataError
+from centralrl.io import read_jsonl
 
 SPLITS = ("train", "test")  # test = what evaluation reads (HotpotQA/2Wiki/MuSiQue dev files go here)
 
@@ -126,3 +128,8 @@ class Question:
             supporting_passage_ids=_strings(row.get("supporting_passage_ids", []), "supporting_passage_ids", where),
             decomposition=tuple(SubQuestion.from_json(step, f"{where} decomposition[{i}]") for i, step in enumerate(steps)),
         )
+
+
+def read_questions(path: str | Path) -> list[Question]:
+    """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order."""
+    return [Question.from_json(row, where) for where, row in read_jsonl(path)]

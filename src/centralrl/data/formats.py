@@ -34,13 +34,15 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from centralrl.config import CorpusSource, QuestionSource
 from centralrl.data import hub
 from centralrl.errors import DataError
 from centralrl.io import read_json, read_jsonl
 from centralrl.schema import Passage, Question, SubQuestion, passage_id
+
+if TYPE_CHECKING:  # config.py imports this module's kind tables
+    from centralrl.config import CorpusSource, QuestionSource
 
 KILT_PASSAGE_WORDS = 100
 KILT_SKIPPED_SECTIONS = frozenset(
@@ -369,8 +371,8 @@ def qa_jsonl_question(row: Row, source: QuestionSource) -> Converted:
     return _question(source, row, row.get("question", str), answers(row.data[key], key, row.where)), []
 
 
-RowReader = Callable[[QuestionSource, Path], Iterator[Row]]
-Converter = Callable[[Row, QuestionSource], Converted]
+RowReader = Callable[["QuestionSource", Path], Iterator[Row]]
+Converter = Callable[[Row, "QuestionSource"], Converted]
 
 # kind -> (how its rows are read, how one row becomes a question and its passages)
 QUESTION_KINDS: dict[str, tuple[RowReader, Converter]] = {

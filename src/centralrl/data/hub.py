@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from centralrl.config import QuestionSource
+if TYPE_CHECKING:  # config.py imports the kind tables of `formats`, which imports this module
+    from centralrl.config import QuestionSource
 
 
 def dataset_location(dataset_id: str, root: Path) -> str:

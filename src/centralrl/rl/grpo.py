@@ -35,8 +35,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-LOSS_MODES = ("token", "sequence")
-LR_SCHEDULES = ("constant", "linear", "cosine")
+from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES
 
 
 def group_advantages(rewards: Tensor, normalize_std: bool = True, eps: float = 1e-6) -> Tensor:

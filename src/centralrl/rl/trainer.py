@@ -13,45 +13,32 @@ the current one detached, so the ratio is 1 and the clip never binds (clip_fract
 objective is kept so a multi-epoch variant is a loop, not a new loss); a multi-agent episode contributes one
 sequence per trainable role call rather than one completion; the reward is token F1 (Search-R1 uses EM).
 
-Budgets: a run is cut for comparison at the first step whose spending (steps, trained tokens, estimated
-FLOPs of rollout generation plus update, or wall seconds) reaches each budget; the adapters at that step are
-kept as the budget's snapshot, and the run stops once every budget is reached (or at `grpo.steps`, which is
-also the lr schedule's horizon, so every cut is a prefix of the same run).
-
 Processes (`train.processes`, see `centralrl.distributed`): each process rolls out its contiguous share of the
 step's questions with its own sampling stream, the loss is normalised by the trained tokens of every process,
 the gradients are summed over processes, and every process takes the same optimizer step; the step's metrics
 count every process's episodes. One process is the default and makes exactly the single-process run.
 
-Resume: every `checkpoint_every` steps the whole training state (adapters, optimizer, scheduler, step, the
-torch/python/numpy generator states, the history, the cuts so far and the wall-clock spent) is written
-atomically to `state_dir/step-<n>`; a restarted run loads the newest one whose fingerprint (params that shape
-the run, the content of its inputs, the training code) matches, so a state left by other params or other code
-is never resumed. Every draw
-of a step derives from (seed, step), so a resumed run ends byte-identical to an uninterrupted one.
+The run around these pieces (the step loop, budget cuts, resume) is `centralrl.rl.run`; the saved state is
+`centralrl.rl.checkpoint`. Every draw of a step derives from (seed, step), so a resumed run ends
+byte-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import random
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
-from peft import set_peft_model_state_dict
-from safetensors.torch import load_file
 from torch.nn.utils import clip_grad_norm_
 
+from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
 from centralrl.config import Config, GrpoConfig
 from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
-from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
-from centralrl.models.adapters import save_adapters
 from centralrl.retrieval.base import Retriever
 from centralrl.rl.grpo import group_advantages, grpo_loss, lr_multiplier, token_logprobs
 from centralrl.rl.rewards import outcome_reward
@@ -139,7 +126,7 @@ def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, 
 
 @dataclass
 class Trainer:
-    """Everything one arm's GRPO run holds; `run` takes it from its current step to `grpo.steps`."""
+    """Everything one arm's GRPO run holds, and its step: `rollout`, `rewards`, then `learn` (or `train_step`)."""
 
     cfg: Config
     policy: RolePolicy
@@ -158,11 +145,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps))
 
     def settings(self) -> RunSettings:
-        h = self.cfg.harness
         # each process samples with its own stream; one process keeps the seeds it always had
         where = ("rank", self.world.rank) if self.world.size > 1 else ()
-        return RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, self.cfg.retrieval.top_k, greedy=False,
-                           temperature=h.temperature, seed=derive_seed(self.seed, "rollout", self.step, *where))
+        return run_settings(self.cfg, greedy=False, seed=derive_seed(self.seed, "rollout", self.step, *where))
 
     def batch(self) -> list[Question]:
         """This process's share of the step's questions (the same draw in every process), each G times."""
@@ -201,7 +186,7 @@ class Trainer:
         return self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
 
     def gathered_metrics(self, episodes: Sequence[Episode], rewards: torch.Tensor, samples: Sequence[Sample],
-                     local: dict[str, float], grad_norm: float) -> dict[str, float]:
+                         local: dict[str, float], grad_norm: float) -> dict[str, float]:
         """The step's metrics over every process's episodes, samples and update sums."""
         g = self.cfg.train.grpo
         totals = dict(zip(local, self.world.total(list(local.values()))))
@@ -217,13 +202,6 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         episodes = self.rollout()
         return self.learn(episodes, self.rewards(episodes))
-
-    def checkpoint_due(self) -> bool:
-        return self.step % self.cfg.train.grpo.checkpoint_every == 0
-
-    def state(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
 
 
 def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
@@ -242,70 +220,3 @@ def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
     for adapter in sorted({s.adapter for s in samples}):
         metrics[f"trained_tokens.{adapter}"] = float(sum(s.trained_tokens for s in samples if s.adapter == adapter))
     return metrics
-
-
-def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
-    """What a run has spent after the steps in `history`, in every unit a budget can be stated in."""
-    return {"steps": float(len(history)),
-            "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
-            "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
-            "wall_seconds": wall_seconds}
-
-
-@dataclass
-class Progress:
-    """What a run carries besides the trainer: its per-step history, wall-clock spent, and the budget cuts made."""
-
-    history: list[dict]
-    wall_seconds: float = 0.0
-    cuts: dict[str, dict] = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        self.cuts = self.cuts or {}
-
-
-def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
-    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove older steps."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
-        save_adapters(trainer.policy.model, tmp / "adapters")
-        torch.save(trainer.state(), tmp / "trainer.pt")
-        write_jsonl(tmp / "history.jsonl", progress.history)
-        write_json(tmp / "meta.json", {"step": trainer.step, "fingerprint": fingerprint,
-                                       "wall_seconds": progress.wall_seconds, "cuts": progress.cuts})
-    for old in sorted(state_dir.glob("step-*"))[:-1]:
-        shutil.rmtree(old)
-
-
-def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
-    """Keep the adapters as they are now as `budget`'s snapshot (state_dir/cuts/<budget>/)."""
-    with atomic_directory(state_dir / "cuts" / budget) as tmp:
-        save_adapters(trainer.policy.model, tmp)
-
-
-def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
-    """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
-    done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
-    if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
-        print(f"{state_dir}: saved by a run with other params, inputs or code; starting from step 0")
-        shutil.rmtree(state_dir)
-        return None
-    return done[-1] if done else None
-
-
-def restore(trainer: Trainer, checkpoint: Path) -> Progress:
-    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress."""
-    model = trainer.policy.model
-    for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
-        # copied in place, so the optimizer keeps pointing at the same parameter tensors
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"), adapter_name=folder.name)
-    state = torch.load(checkpoint / "trainer.pt", weights_only=False)
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    meta = read_json(checkpoint / "meta.json")
-    trainer.step = int(meta["step"])
-    trainer.policy.weights_changed()
-    return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])

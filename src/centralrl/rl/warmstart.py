@@ -51,18 +51,19 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from centralrl.assembly import load_model
 from centralrl.config import ROLES, Config, LoraConfig, WarmstartConfig
 from centralrl.errors import DataError
 from centralrl.harness import prompts as P
-from centralrl.harness.engine import RolePolicy, pick_device
+from centralrl.harness.engine import RolePolicy
 from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, parse_answer, parse_central, parse_note
-from centralrl.io import atomic_directory, read_jsonl
+from centralrl.io import atomic_directory
 from centralrl.metrics import normalize_answer
 from centralrl.models.adapters import SHARED, attach_adapters
-from centralrl.models.backbone import content_sha256, load_backbone
+from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
-from centralrl.schema import Question, SubQuestion
+from centralrl.schema import Question, SubQuestion, read_questions
 
 IGNORE = -100  # label of a position that is not trained (prompt tokens, padding)
 MAX_NOTE_CHARS = 300  # a quoted sentence longer than this is replaced by a short templated note
@@ -307,10 +308,6 @@ def supervised_finetune(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 # ---------------------------------------------------------------------------------------------- stage core
 
 
-def load_questions(train_path: str | Path) -> list[Question]:
-    return [Question.from_json(row, where) for where, row in read_jsonl(train_path)]
-
-
 def build_traces(questions: Sequence[Question], wanted: int, retriever: Retriever, top_k: int, passage_chars: int,
                  policy: RolePolicy) -> tuple[list[Trace], dict]:
     """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer."""
@@ -351,10 +348,9 @@ def warmstart(cfg: Config, backbone: str, model_dir: str | Path, index_dir: str 
             shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
             content = content_sha256(tmp)
         return {"enabled": False, "content_sha256": content}
-    questions = load_questions(train_path)
+    questions = read_questions(train_path)
     retriever = open_retriever(cfg.retrieval, index_dir)
-    model, tokenizer = load_backbone(model_dir, cfg.backbone(backbone).dtype)
-    model = model.to(pick_device(cfg.harness.device))
+    model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
     traces, selection = build_traces(questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k,
                                      cfg.harness.passage_chars, policy)

@@ -1,0 +1,55 @@
+"""What every entry point that runs the harness assembles from params: the model on its device, the policy
+(backbone -> role adapters -> device -> generation engine) and the settings of a batch of episodes.
+
+Used by the GRPO run (`rl/run.py`), the warm start, the evaluation flow and the rollout benchmark, so each of
+them loads a backbone, attaches adapters and picks a device the same way. Questions are read with
+`schema.read_questions`, which stays out of here so that the index stage does not depend on the harness.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from centralrl.config import TOPOLOGY_ROLES, Config
+from centralrl.harness.engine import RolePolicy, open_policy, pick_device
+from centralrl.harness.episodes import RunSettings
+from centralrl.models.adapters import adapters_of, attach_adapters, load_adapters, role_adapters
+from centralrl.models.backbone import load_backbone
+from centralrl.seeding import derive_seed
+
+
+def load_model(cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None = None,
+               device: torch.device | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The checkpoint in `model_dir` in the dtype of `models.<backbone>`, with the trained adapters saved in
+    `adapters_dir` if given, on `device` (default: `harness.device`)."""
+    model, tokenizer = load_backbone(Path(model_dir), cfg.backbone(backbone).dtype)
+    model = load_adapters(model, adapters_dir) if adapters_dir else model
+    return model.to(device or pick_device(cfg.harness.device)), tokenizer
+
+
+def trained_policy(cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None) -> RolePolicy:
+    """The policy of an evaluation: the starting checkpoint with a cut's trained adapters (None: untrained), on
+    `harness.engine`."""
+    model, tokenizer = load_model(cfg, backbone, model_dir, adapters_dir)
+    return open_policy(cfg.harness, model, tokenizer, adapters_of(model), model_dir)
+
+
+def fresh_policy(cfg: Config, arm: str, seed: int, backbone: str, model_dir: str | Path,
+                 device: torch.device) -> RolePolicy:
+    """The policy a GRPO run starts from: the starting checkpoint on `device` with new LoRA adapters for the
+    arm's trainable roles, initialised from `seed` alone, so every arm of a seed starts from the same weights."""
+    spec = cfg.arm(arm)
+    model, tokenizer = load_model(cfg, backbone, model_dir, device=device)
+    adapters = role_adapters(spec.trainable_roles, spec.sharing or cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology])
+    torch.manual_seed(derive_seed(seed, "lora-init"))
+    return open_policy(cfg.harness, attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, model_dir)
+
+
+def run_settings(cfg: Config, greedy: bool, seed: int) -> RunSettings:
+    """How a batch of episodes runs under `harness` and `retrieval.top_k`: greedy, or sampled from `seed`."""
+    h = cfg.harness
+    return RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=greedy,
+                       temperature=h.temperature, seed=seed)

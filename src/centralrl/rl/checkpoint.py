@@ -1,0 +1,87 @@
+"""The saved state of a GRPO run, so that a killed run resumes and ends byte-identical to an uninterrupted one.
+
+A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
+torch / python / numpy generator states, the history, the budget cuts so far, the wall-clock spent, and the
+run's fingerprint (the params, inputs and code that shaped it). It is written atomically and replaces the older
+steps. `latest_state` picks the newest complete state with the caller's fingerprint and removes the states of
+any other run (other params, inputs or code), so they are never resumed; `restore` loads one into a trainer.
+A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run
+writes its outputs.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from peft import set_peft_model_state_dict
+from safetensors.torch import load_file
+
+from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
+from centralrl.models.adapters import save_adapters
+from centralrl.rl.trainer import Trainer
+
+
+@dataclass
+class Progress:
+    """What a run carries besides the trainer: its per-step history, wall-clock spent, and the budget cuts made."""
+
+    history: list[dict]
+    wall_seconds: float = 0.0
+    cuts: dict[str, dict] = field(default_factory=dict)
+
+
+def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
+    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove older steps."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
+        save_adapters(trainer.policy.model, tmp / "adapters")
+        torch.save(_trainer_state(trainer), tmp / "trainer.pt")
+        write_jsonl(tmp / "history.jsonl", progress.history)
+        write_json(tmp / "meta.json", {"step": trainer.step, "fingerprint": fingerprint,
+                                       "wall_seconds": progress.wall_seconds, "cuts": progress.cuts})
+    for old in sorted(state_dir.glob("step-*"))[:-1]:
+        shutil.rmtree(old)
+
+
+def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
+    """Keep the adapters as they are now as `budget`'s snapshot (state_dir/cuts/<budget>/)."""
+    with atomic_directory(state_dir / "cuts" / budget) as tmp:
+        save_adapters(trainer.policy.model, tmp)
+
+
+def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
+    """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
+    done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
+    if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
+        print(f"{state_dir}: saved by a run with other params, inputs or code; starting from step 0")
+        shutil.rmtree(state_dir)
+        return None
+    return done[-1] if done else None
+
+
+def restore(trainer: Trainer, checkpoint: Path) -> Progress:
+    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress."""
+    model = trainer.policy.model
+    for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
+        # copied in place, so the optimizer keeps pointing at the same parameter tensors
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"), adapter_name=folder.name)
+    state = torch.load(checkpoint / "trainer.pt", weights_only=False)
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    meta = read_json(checkpoint / "meta.json")
+    trainer.step = int(meta["step"])
+    trainer.policy.weights_changed()
+    return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])
+
+
+def _trainer_state(trainer: Trainer) -> dict:
+    return {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict(),
+            "torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}

@@ -1,0 +1,201 @@
+"""One GRPO run: one cell of the matrix (arm, seed, backbone) from its starting checkpoint to the adapters at
+every budget's cut, resuming from the newest saved state.
+
+`train_cell` builds the trainer (`centralrl.assembly` for the policy), restores the newest state whose
+fingerprint matches, steps until every budget is cut, and writes the outputs: one adapters folder per budget,
+the per-step history, what every budget's cut spent, and a summary. Per-step metrics, wall-clock and CPU time
+per phase, and peak memory go to an MLflow run (a child of the experiment's parent run); outputs carry only
+deterministic numbers, so a rerun writes the same bytes.
+
+Budgets: a run is cut for comparison at the first step whose spending (steps, trained tokens, estimated FLOPs
+of rollout generation plus update, or wall seconds) reaches each budget; the adapters at that step are the
+budget's cut, and the run stops once every budget is reached (or at `grpo.steps`, which is also the lr
+schedule's horizon, so every cut is a prefix of the same run).
+
+Resume: every `checkpoint_every` steps (and once every budget is cut) the whole state is saved
+(`centralrl.rl.checkpoint`). Its fingerprint covers the params that shape the run, the content of its inputs
+and the code the train stage runs: the stage's entry file and every project file it imports, the same rule as
+the stage's DVC deps (`centralrl.codedeps`). A state left by other params, inputs or code is never resumed.
+
+The phases of a step (`Phases`: build, rollout, reward, update, checkpoint) are plain calls here; the Prefect
+flow `train-arm` runs the same phases as tasks. With `train.processes` > 1 every process runs `train_cell`
+(rollouts of its share of questions, the summed update of `centralrl.distributed`); only the main process logs
+to MLflow and writes states and outputs. The state folder must be one every process sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from centralrl.assembly import fresh_policy
+from centralrl.codedeps import project_sources, sources_sha256
+from centralrl.compute import accelerator_hours, peak_memory
+from centralrl.config import Config, load_config
+from centralrl.distributed import World
+from centralrl.harness.episodes import Episode
+from centralrl.io import atomic_directory, write_json, write_jsonl
+from centralrl.models.backbone import content_sha256
+from centralrl.retrieval import open_retriever
+from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
+from centralrl.rl.trainer import Trainer
+from centralrl.schema import read_questions
+from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
+
+
+def code_sha256(entry: Path) -> str:
+    """The hash of the code a run executes: `entry` (a stage's file, `<project root>/stages/<stage>.py`) and
+    every project file it imports, transitively; the same files the stage's DVC deps must cover."""
+    root = entry.resolve().parents[1]
+    return sources_sha256(project_sources([entry], root), root)
+
+
+def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[Path], code: str) -> str:
+    """What makes a saved state resumable: the params that shape this run, the content of its inputs, and the
+    code that runs it (a fix to the trainer must not resume a state the old trainer left)."""
+    shaping = cfg.model_dump(include={"train", "lora", "harness", "budgets"}) | {
+        "arm": cfg.arm(arm).model_dump(), "seed": seed, "model": cfg.backbone(backbone).model_dump(),
+        "top_k": cfg.retrieval.top_k, "inputs": [_content_sha256(path) for path in inputs], "code": code}
+    return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
+
+
+def _content_sha256(path: Path) -> str:
+    return content_sha256(path) if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
+    """What a run has spent after the steps in `history`, in every unit a budget can be stated in."""
+    return {"steps": float(len(history)),
+            "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
+            "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
+            "wall_seconds": wall_seconds}
+
+
+def build_trainer(cfg: Config, arm: str, seed: int, backbone: str, model_dir: str, index_dir: str, train_path: str,
+                  state_dir: str, fingerprint: str, world: World) -> tuple[Trainer, Progress]:
+    """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
+    policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
+    trainer = Trainer(cfg, policy, open_retriever(cfg.retrieval, index_dir), read_questions(train_path),
+                      cfg.arm(arm).topology, seed, world=world)
+    if not world.is_main:
+        world.barrier()  # the main process first discards a state left by other params
+    checkpoint = latest_state(Path(state_dir), fingerprint)
+    if world.is_main:
+        world.barrier()
+    return trainer, restore(trainer, checkpoint) if checkpoint else Progress([])
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The phases of a run, each a plain call; the Prefect flow `train-arm` swaps in the same calls as tasks."""
+
+    build: Callable[..., tuple[Trainer, Progress]] = build_trainer
+    rollout: Callable[[Trainer], list[Episode]] = Trainer.rollout
+    reward: Callable[[Trainer, list[Episode]], torch.Tensor] = Trainer.rewards
+    update: Callable[[Trainer, list[Episode], torch.Tensor], dict[str, float]] = Trainer.learn
+    checkpoint: Callable[..., None] = save_state
+
+
+PLAIN = Phases()
+
+
+def cut_reached_budgets(cfg: Config, trainer: Trainer, progress: Progress, state_dir: Path, final: bool) -> None:
+    """Snapshot the adapters for every budget reached at this step (at the last step, for every budget left)."""
+    spent = spending(progress.history, progress.wall_seconds)
+    for name, budget in cfg.budgets.items():
+        if name not in progress.cuts and (final or budget.reached(spent)):
+            if trainer.world.is_main:
+                save_cut(trainer, state_dir, name)
+            progress.cuts[name] = {"budget": budget.model_dump(exclude_none=True), "reached": budget.reached(spent),
+                                   "step": trainer.step,
+                                   "spent": {k: v for k, v in spent.items() if k != "wall_seconds"}}
+
+
+def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
+    """The machine-dependent side of a step (MLflow only): wall and CPU seconds per phase, peak memory."""
+    world = trainer.world
+    timing = trainer.policy.clock.totals() | peak_memory() | {
+        "step_seconds": seconds, "accelerator_hours": accelerator_hours(seconds, world.device, world.size)}
+    trainer.policy.clock.reset()
+    return timing
+
+
+def run_steps(cfg: Config, trainer: Trainer, progress: Progress, state: Path, key: str, phases: Phases,
+              tracker: Tracker) -> None:
+    """Step until every budget is cut or `grpo.steps` is reached; only the main process writes."""
+    while len(progress.cuts) < len(cfg.budgets) and trainer.step < cfg.train.grpo.steps:
+        started = time.perf_counter()
+        episodes = phases.rollout(trainer)
+        metrics = phases.update(trainer, episodes, phases.reward(trainer, episodes))
+        progress.history.append({"step": trainer.step, **metrics})
+        # every process must see the same clock, or a wall_seconds budget would cut them at different steps
+        timing = step_timing(trainer, trainer.world.slowest(time.perf_counter() - started))
+        progress.wall_seconds += timing["step_seconds"]
+        cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
+        tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
+        all_cut = len(progress.cuts) == len(cfg.budgets)
+        if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
+            phases.checkpoint(trainer, state, progress, key)
+
+
+def train_cell(params_path: str, arm: str, seed: int, backbone: str, model_dir: str, index_dir: str, train_path: str,
+               adapters_dir: str, budgets_path: str, state_dir: str, history_path: str, metrics_path: str,
+               entry: str, phases: Phases = PLAIN) -> dict:
+    """One cell's run in this process: build or resume, step, and (main process only) log and write outputs.
+    `entry` is the file of the stage that runs it: the code fingerprint starts there."""
+    cfg = load_config(params_path)
+    world = World.join(cfg.harness.device, cfg.train.processes)
+    state = Path(state_dir)
+    key = fingerprint(cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)],
+                      code_sha256(Path(entry)))
+    trainer, progress = phases.build(cfg, arm, seed, backbone, model_dir, index_dir, train_path, state_dir, key, world)
+    resumed_from = trainer.step
+    tracker = open_tracker(cfg.tracking) if world.is_main else NullTracker()
+    tags = cell_tags(cfg, arm=arm, seed=seed, backbone=backbone) | {
+        "stage": "train", "resumed_from_step": str(resumed_from), "processes": str(world.size)}
+    with tracker.run(f"train@{arm}-{seed}-{backbone}", tags, parent=cfg):
+        tracker.log_params({"arm": arm, "seed": seed, "backbone": backbone,
+                            **cfg.model_dump(include={"arms", "budgets", "train", "lora", "harness"})})
+        run_steps(cfg, trainer, progress, state, key, phases, tracker)
+        summary = _summary(arm, seed, backbone, progress)
+        tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
+        tracker.log_text(json.dumps(progress.cuts, indent=2, sort_keys=True), "budgets.json")
+    if world.is_main:
+        _write_outputs(progress, state, adapters_dir, budgets_path, history_path)
+        write_json(metrics_path, summary)
+    cuts = ", ".join(f"{name} at step {cut['step']}" for name, cut in sorted(progress.cuts.items()))
+    print(f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): resumed from step "
+          f"{resumed_from}, now at step {trainer.step}; cuts: {cuts}")
+    return summary
+
+
+def _cumulative(progress: Progress) -> dict[str, float]:
+    return {f"spent.{k}": v for k, v in spending(progress.history, progress.wall_seconds).items()}
+
+
+def _write_outputs(progress: Progress, state: Path, adapters_dir: str, budgets_path: str, history_path: str) -> None:
+    with atomic_directory(adapters_dir) as tmp:
+        for name in sorted(progress.cuts):
+            shutil.copytree(state / "cuts" / name, tmp / name)
+    write_json(budgets_path, progress.cuts)
+    write_jsonl(history_path, progress.history)
+
+
+def _summary(arm: str, seed: int, backbone: str, progress: Progress) -> dict:
+    """What the cell's training did (no wall-clock: the same bytes on every rerun)."""
+    history = progress.history
+    token_kinds = ("trained_tokens.", "generated_tokens.", "prompt_tokens.")
+    totals = sorted({k for row in history for k in row if k.startswith(token_kinds)})
+    return {"arm": arm, "seed": seed, "backbone": backbone, "steps": len(history),
+            "first_reward_mean": history[0]["reward_mean"] if history else None,
+            "final_reward_mean": history[-1]["reward_mean"] if history else None,
+            **{k: sum(row.get(k, 0.0) for row in history) for k in totals},
+            "flops": spending(history, 0.0)["flops"],
+            "cuts": {name: cut["step"] for name, cut in sorted(progress.cuts.items())}}
