@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,4 +19,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, prefect_server=True)

@@ -1,8 +1,34 @@
-"""What every stage's command line shares: its description from the module docstring, and `--params`."""
+"""What every stage's command line shares: its description from the module docstring, `--params`, and
+`run_stage`, which runs a stage's `main` the way DVC needs it:
+
+- it dies with whatever started it (`dvc repro` killed by any signal, SIGKILL included), and SIGTERM or Ctrl-C
+  unwinds it like an exception, so its temporaries are deleted and its children stopped;
+- every section of the params file is validated first, whether or not the stage reads it;
+- a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
+  (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one;
+- a known failure (a bad param, bad data, a missing file, a server down, a full disk) prints one line naming
+  what and where, with no traceback, and exits 1; an interrupted stage exits 128 + the signal number;
+  anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from centralrl.errors import CentralRLError
+from centralrl.io import clean_stale_temporaries
+from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
+
+# OSErrors that describe the user's files or machine rather than a bug: reported in one line, naming the path
+USER_OS_ERRORS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
+                  errno.EROFS, errno.EFBIG}
+INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
 def stage_parser(doc: str) -> argparse.ArgumentParser:
@@ -12,3 +38,83 @@ def stage_parser(doc: str) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
     return parser
+
+
+def run_stage(main: Callable[[], object], prefect_server: bool = False) -> NoReturn:
+    """Run `main` as a stage process (see the module docstring) and exit with its status."""
+    name = Path(sys.argv[0]).stem
+    die_with_parent()
+    watch_grandparent()
+    terminate_as_interrupt()
+    try:
+        _prepare(sys.argv[1:])
+        with _prefect(prefect_server):
+            main()
+    except KeyboardInterrupt as stop:
+        code = 128 + stop.signum if isinstance(stop, Terminated) else INTERRUPTED
+        _exit(name, f"interrupted ({stop or 'SIGINT'}); outputs it was writing were discarded", code)
+    except CentralRLError as error:
+        _exit(name, f"error: {error}", 1)
+    except OSError as error:
+        if error.errno not in USER_OS_ERRORS:
+            raise
+        _exit(name, f"error: {describe_os_error(error)}", 1)
+    sys.exit(0)
+
+
+def _prepare(argv: list[str]) -> None:
+    """Validate the whole params file and remove temporaries that killed runs left beside the stage's paths."""
+    from centralrl.config import load_config
+
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--params", default="params.yaml")
+    probe.add_argument("-h", "--help", action="store_true")
+    known, _ = probe.parse_known_args(argv)
+    if known.help:
+        return
+    load_config(known.params)
+    for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:
+        clean_stale_temporaries(folder)
+
+
+@contextlib.contextmanager
+def _prefect(wanted: bool):
+    if not wanted:
+        yield
+        return
+    from centralrl.services import stage_prefect_server
+
+    with stage_prefect_server():
+        _quiet_known_errors_in_prefect_logs()
+        yield
+
+
+def _quiet_known_errors_in_prefect_logs() -> None:
+    """Prefect logs a failed flow or task run with its traceback; keep only the message for known errors."""
+    import logging
+
+    import prefect.logging  # noqa: F401  (configures Prefect's loggers, which must exist before the filter)
+
+    for logger in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(logger).addFilter(_drop_known_tracebacks)
+
+
+def _drop_known_tracebacks(record) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, (CentralRLError, KeyboardInterrupt)) or (
+            isinstance(error, OSError) and error.errno in USER_OS_ERRORS):
+        record.exc_info = record.exc_text = None
+    return True
+
+
+def describe_os_error(error: OSError) -> str:
+    """'<path>: <reason>' for an OSError, naming both paths of a rename and saying when the path is unknown."""
+    reason = error.strerror or errno.errorcode.get(error.errno, str(error))
+    paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    where = " -> ".join(paths) if paths else "(path not reported by the operating system)"
+    return f"{where}: {reason}"
+
+
+def _exit(name: str, message: str, code: int) -> NoReturn:
+    print(f"{name}: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)

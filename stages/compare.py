@@ -16,7 +16,7 @@ from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from centralrl.report import write_report
 from centralrl.tracking import cell_tags, open_tracker
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def _rows(path: Path, stage: str) -> list[dict]:
@@ -73,4 +73,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

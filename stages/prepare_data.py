@@ -1,9 +1,11 @@
 """Stage `prepare_data`: every configured source -> train.jsonl, test.jsonl, corpus.jsonl and count metrics.
 
-All four files are written atomically, and only after the whole dataset has loaded and passed its checks,
-so a bad row anywhere leaves the previous outputs untouched. Being the first stage, it first runs the
-preflight of `centralrl.plan` (GPU, hub, files, Elasticsearch, MLflow server as the profile needs them), so a
-profile this machine cannot run stops here, naming what is missing, not hours later.
+The four files are written to temporaries only after the whole dataset has loaded and passed its checks, and
+replace the previous outputs together once all four are complete; text UTF-8 cannot encode (a lone surrogate)
+is refused naming the row before any output is replaced, so a bad row anywhere leaves the previous outputs
+untouched (when run by hand: `dvc repro` deletes a stage's outputs before it runs). Being the first stage, it
+first runs the preflight of `centralrl.plan` (GPU, hub, files, Elasticsearch, MLflow server as the profile needs
+them), so a profile this machine cannot run stops here, naming what is missing, not hours later.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.data.prepare import collect, counts
-from centralrl.io import write_json, write_jsonl
+from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,13 +33,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"prepare_data: this machine lacks what profile {cfg.profile!r} needs "
                          f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing))
     dataset = collect(cfg.data)
-    write_jsonl(args.train, (q.to_json() for q in dataset.split("train")))
-    write_jsonl(args.test, (q.to_json() for q in dataset.split("test")))
-    write_jsonl(args.corpus, (p.to_json() for p in dataset.passages))
-    write_json(args.metrics, counts(dataset))
+    with atomic_files(args.train, args.test, args.corpus, args.metrics) as (train, test, corpus, metrics):
+        write_rows(train, (q.to_json() for q in dataset.split("train")), args.train)
+        write_rows(test, (q.to_json() for q in dataset.split("test")), args.test)
+        write_rows(corpus, (p.to_json() for p in dataset.passages), args.corpus)
+        metrics.write(pretty_json(counts(dataset)))
     print(f"prepare_data: {len(dataset.split('train'))} train, {len(dataset.split('test'))} test questions, "
           f"{len(dataset.passages)} passages")
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

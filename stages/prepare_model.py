@@ -13,7 +13,7 @@ from pathlib import Path
 from centralrl.config import load_config
 from centralrl.io import write_json
 from centralrl.models.backbone import prepare_backbone
-from stages.cli import stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,4 +30,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -16,6 +16,7 @@ One process (`World()`, no launcher) is the default and touches no collective.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ import torch
 
 from centralrl.errors import ConfigError
 from centralrl.harness.engine import pick_device
+from centralrl.processes import tied_to_this_process
+from centralrl.services import HOST, free_port
 
 LAUNCHED = "WORLD_SIZE"  # set by accelerate launch (and torchrun) in every process it starts
 
@@ -115,15 +118,27 @@ class World:
             offset += p.numel()
 
 
-def launch_command(processes: int, module: str, argv: Sequence[str]) -> list[str]:
-    """`accelerate launch` of `python -m module argv` on `processes` processes of this machine.
+def launch_command(processes: int, module: str, argv: Sequence[str], port: int | None = None) -> list[str]:
+    """`accelerate launch` of `python -m module argv` on `processes` processes of this machine, their rendezvous on
+    127.0.0.1 at `port` (default: a port free now), so nothing listens beyond this machine and two cells launched
+    side by side do not collide on accelerate's fixed default port 29500.
 
     `--multi_gpu` is accelerate's multi-process launcher; without GPUs the processes join over gloo on CPUs.
     Several machines: run `accelerate launch` yourself with `--num_machines`, `--machine_rank` and
-    `--main_process_ip`, and set `train.processes` to the total number of processes.
+    `--main_process_ip <address the others reach>` (and `--main_process_port`), and set `train.processes` to the
+    total number of processes; a stage launched that way does not relaunch itself.
     """
+    port = free_port() if port is None else port
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module, *argv]
+            "--num_machines", "1", "--main_process_ip", HOST, "--main_process_port", str(port),
+            "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module, *argv]
+
+
+def launch(processes: int, module: str, argv: Sequence[str]) -> int:
+    """Run `launch_command` and return its exit code. The launcher is killed when this process exits, however it
+    dies, and each launched stage dies with the launcher (`stages.cli.run_stage`), so no process outlives the
+    stage."""
+    return subprocess.run(launch_command(processes, module, argv), preexec_fn=tied_to_this_process()).returncode
 
 
 def needs_launch(processes: int) -> bool:

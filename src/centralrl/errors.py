@@ -23,3 +23,7 @@ class BackboneError(CentralRLError):
 
 class ServiceUnavailable(RetrievalError):
     """A server (Elasticsearch, ...) did not answer after every retry; trying again later may succeed."""
+
+
+class OutputError(CentralRLError):
+    """An output cannot be written (disk full, quota, read-only file system); the message names its path."""

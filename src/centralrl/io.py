@@ -1,29 +1,83 @@
-"""File I/O with two promises: malformed input names its file and line, and outputs appear whole or not at all.
+"""File I/O with three promises: malformed input names its file and line, outputs appear whole or not at all,
+and an output that cannot be written (a full disk, say) is an error naming its path.
 
-Every stage output goes through `atomic_write`: the bytes land in a temporary file beside the target and
-replace it in one `os.replace`, so an interrupted stage never leaves a half-written file for DVC to hash.
+Every stage output goes through `atomic_write` or `atomic_directory`: the bytes land in a temporary beside the
+target (`.<name>.<pid>.<random>.incomplete`, git-ignored) and replace it in one `os.replace`, so an interrupted
+stage never leaves a half-written file for DVC to hash or a half-written checkpoint for a rerun to resume.
+`atomic_files` writes several outputs to temporaries and replaces them only once all are complete. A
+temporary whose writer process is gone (killed by SIGKILL mid-write) is removed by the next write into the
+same folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from centralrl.errors import DataError
+import psutil
+
+from centralrl.errors import DataError, OutputError
+
+TEMP_SUFFIX = ".incomplete"
+# errors that say the output cannot be written where it is asked for; any other OSError is left as it is
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape that decodes to a UTF-16 surrogate
+
+
+def _temporary_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
+
+
+def _writer_gone(name: str) -> bool:
+    """True for a temporary of ours whose writing process no longer exists."""
+    parts = name.removesuffix(TEMP_SUFFIX).rsplit(".", 2)
+    return (name.startswith(".") and name.endswith(TEMP_SUFFIX) and len(parts) == 3 and parts[1].isdigit()
+            and not psutil.pid_exists(int(parts[1])))
+
+
+def clean_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Remove temporaries in `folder` left by writers that died mid-write; return what was removed."""
+    folder = Path(folder)
+    stale = [entry for entry in folder.iterdir() if _writer_gone(entry.name)] if folder.is_dir() else []
+    for entry in stale:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+    return stale
+
+
+def _prepare(target: Path) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _raise_unwritable(error, target)
+    clean_stale_temporaries(target.parent)
+
+
+def _raise_unwritable(error: OSError, target: Path) -> None:
+    """Re-raise an OSError that says `target` cannot be written as an OutputError naming it."""
+    if error.errno in UNWRITABLE:
+        raise OutputError(f"{target}: could not be written ({os.strerror(error.errno)}); "
+                          f"the previous version, if any, is left as it was") from error
+    raise error
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file next to `path`; on success move it over `path`, on error delete it."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    _prepare(target)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
@@ -31,27 +85,66 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the permissions open() would
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(error, OSError):
+            _raise_unwritable(error, target)
         raise
 
 
 @contextlib.contextmanager
+def atomic_files(*paths: str | Path) -> Iterator[list[IO[str]]]:
+    """Text handles for several outputs; they replace their targets only after every one is complete.
+
+    An error while any is written leaves every target as it was. The replacements then follow one another
+    (POSIX has no rename of several files at once), after all the bytes are on disk.
+    """
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(atomic_write(path)) for path in paths]
+
+
+@contextlib.contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary directory; on success it replaces `path` whole, on error it is removed."""
+    """Yield an empty temporary directory; on success it replaces `path` whole, on error it is removed.
+
+    The previous directory is first renamed to a temporary name (removed afterwards, or by the next write here
+    if this process dies in between), so `path` is at every moment the old directory, the new one, or absent,
+    never a mix. Every file is fsynced before the rename, so a crash cannot leave renamed but empty files.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    _prepare(target)
+    tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
     try:
         yield tmp
+        _fsync_tree(tmp)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
+        _replace_directory(tmp, target)
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            _raise_unwritable(error, target)
         raise
+
+
+def _replace_directory(new: Path, target: Path) -> None:
+    if not target.exists():
+        os.replace(new, target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
+    os.replace(target, old)  # onto the empty directory just made: atomic, and the name is ours
+    os.replace(new, target)
+    shutil.rmtree(old)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for file in folder.rglob("*"):
+        if file.is_file() and not file.is_symlink():
+            fd = os.open(file, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _umask() -> int:
@@ -65,47 +158,88 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
-    """Write rows as JSON lines atomically; return how many were written."""
+def write_rows(handle: IO[str], rows: Iterable[dict], name: str | Path) -> int:
+    """Write rows as JSON lines to an open handle; return how many. Text that UTF-8 cannot encode (a lone
+    surrogate, say) raises DataError naming `name` and the row's id, before the row is written."""
     count = 0
-    with atomic_write(path) as handle:
-        for row in rows:
-            handle.write(dumps(row) + "\n")
-            count += 1
+    for row in rows:
+        line = dumps(row)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise DataError(f"{name}: row {row.get('id', count + 1)!r} has text UTF-8 cannot encode "
+                            f"({error.reason}: {error.object[error.start:error.end]!a}); fix or drop it") from None
+        handle.write(line + "\n")
+        count += 1
     return count
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write pretty, key-sorted JSON atomically (DVC metrics files, reports)."""
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
+    """Write rows as JSON lines atomically; return how many were written."""
     with atomic_write(path) as handle:
-        handle.write(json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+        return write_rows(handle, rows, path)
+
+
+def pretty_json(obj: Any) -> str:
+    """Pretty, key-sorted JSON with a final newline (DVC metrics files, reports): same object, same bytes."""
+    return json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write `pretty_json(obj)` atomically."""
+    with atomic_write(path) as handle:
+        handle.write(pretty_json(obj))
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
-    """Yield (`file:line`, row) for each non-blank line; a malformed line raises DataError naming file and line."""
+    """Yield (`file:line`, row) for each non-blank line. A line that is not UTF-8, not JSON, not an object, or
+    has text no UTF-8 file can hold (an escaped lone surrogate) raises DataError naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
             where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield where, row
+            line = _decoded(raw, where)
+            if line.strip():
+                yield where, _parsed(line, where)
+
+
+def _decoded(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{where}: not UTF-8 (byte {raw[error.start]:#04x} at byte {error.start + 1} of the line); "
+                        f"convert the file to UTF-8") from None
+
+
+def _parsed(line: str, where: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if SURROGATE_ESCAPE.search(line):
+        try:
+            dumps(row).encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(f"{where}: an escaped lone UTF-16 surrogate (\\ud800-\\udfff without its pair) "
+                            f"cannot be written as UTF-8") from None
+    return row
 
 
 def read_json(path: str | Path) -> Any:
-    """Load a whole JSON file; a syntax error names the file, line and column."""
+    """Load a whole JSON file; a syntax or decoding error names the file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    raw = path.read_bytes()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 (byte {raw[error.start]:#04x}); convert the file to UTF-8") \
+            from None
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column {error.colno})") from None

@@ -14,12 +14,15 @@ dies later stops the other and exits non-zero.
 The MLflow store defaults to `sqlite:///mlflow.db` (relative to the working directory, so run it from the repo
 root): the URI the pipeline's `tracking.uri` uses, so the UI shows every run logged so far, and the pipeline can
 keep writing the file directly or log through the server (`tracking.uri: http://127.0.0.1:5000`).
+A store URI's credentials never print (`centralrl.redact` masks them in the banner, errors and log tails) and
+never reach a command line: `mlflow server` gets the store through MLFLOW_BACKEND_STORE_URI.
 The functions are small and importable; the tests start the same servers through them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -30,14 +33,18 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from centralrl.errors import CentralRLError
+from centralrl.processes import tied_to_this_process
+from centralrl.redact import redact
 
 HOST = "127.0.0.1"
 
 
-class ServiceError(RuntimeError):
+class ServiceError(CentralRLError, RuntimeError):
     """A server could not be started (port taken, exited, no answer) or died; the message says which and why."""
 
 
@@ -57,7 +64,7 @@ class Service:
             text = self.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+        return redact("\n".join(text.splitlines()[-lines:])) or "(empty log)"
 
 
 def executable(name: str) -> str:
@@ -88,25 +95,54 @@ def free_port(host: str = HOST) -> int:
 
 
 def _spawn(name: str, command: list[str], env: dict[str, str], url: str, health: str, log_dir: Path) -> Service:
-    """Start `command` in a new session (own process group; a terminal's Ctrl-C reaches only us), output to a log."""
+    """Start `command` in a new session (own process group; a terminal's Ctrl-C reaches only us), output to a log.
+    It is SIGKILLed when this process exits, whatever kills it, so no server outlives its starter."""
     log = Path(log_dir) / f"{name.lower()}.log"
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=tied_to_this_process())
     return Service(name, url, url + health, process, log)
 
 
 def start_prefect(port: int = 4200, home: str | Path | None = None, log_dir: str | Path | None = None,
-                  host: str = HOST) -> Service:
-    """`prefect server start` on host:port; `home` sets PREFECT_HOME (its database), None keeps the caller's."""
+                  host: str = HOST, api_only: bool = False) -> Service:
+    """`prefect server start` on host:port; `home` sets PREFECT_HOME (its database), None keeps the caller's;
+    `api_only`: no UI and no background services (a stage's own server: starts faster, does less)."""
     check_port_free(port, "Prefect", host)
     # the UI's browser code calls PREFECT_UI_API_URL, which defaults to port 4200 whatever port the server has
-    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_API_URL": f"http://{host}:{port}/api"}
+    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_API_URL": f"http://{host}:{port}/api",
+                        "PREFECT_SERVER_UI_ENABLED": str(not api_only).lower()}
     env.pop("PREFECT_API_URL", None)  # the server must not think it is a client of another server
     if home is not None:
         env["PREFECT_HOME"] = str(Path(home).resolve())
     command = [executable("prefect"), "server", "start", "--host", host, "--port", str(port)]
+    command += ["--no-services"] if api_only else []
     return _spawn("Prefect", command, env, f"http://{host}:{port}", "/api/health", Path(log_dir or tempfile.mkdtemp()))
+
+
+@contextlib.contextmanager
+def stage_prefect_server(timeout: float = 120.0) -> Iterator[str]:
+    """The Prefect API a stage's flows report to, as long as the stage runs; yields its URL.
+
+    `PREFECT_API_URL` already set (a long-lived server such as `make ui`'s): that one, nothing started.
+    Otherwise a server of this stage's own (API only, no services) on a free 127.0.0.1 port, with the caller's
+    PREFECT_HOME (so its runs land in the same database), exported as PREFECT_API_URL to this process and its
+    children, and stopped when the block ends. Unlike Prefect's ephemeral server it dies with the stage even
+    when the stage is SIGKILLed. Enter it before `prefect` is imported: Prefect reads its settings at import.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        yield os.environ["PREFECT_API_URL"]
+        return
+    log_dir = Path(tempfile.mkdtemp(prefix="centralrl-prefect-"))
+    server = start_prefect(free_port(), log_dir=log_dir, api_only=True)
+    try:
+        wait_healthy(server, timeout)
+        os.environ["PREFECT_API_URL"] = f"{server.url}/api"
+        yield os.environ["PREFECT_API_URL"]
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+        stop(server)
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def start_mlflow(port: int = 5000, store_uri: str = "sqlite:///mlflow.db", artifacts: str | Path = "mlartifacts",
@@ -114,10 +150,12 @@ def start_mlflow(port: int = 5000, store_uri: str = "sqlite:///mlflow.db", artif
     """`mlflow server` on host:port with one worker, the given backend store and proxied artifacts folder."""
     check_port_free(port, "MLflow", host)
     if store_uri.startswith("file:") or "://" not in store_uri:
-        raise ServiceError(f"MLflow: store {store_uri!r} is a file store, which MLflow 3 refuses; use sqlite:///PATH")
+        raise ServiceError(f"MLflow: store {redact(store_uri)!r} is a file store, which MLflow 3 refuses; "
+                           "use sqlite:///PATH")
     command = [executable("mlflow"), "server", "--host", host, "--port", str(port), "--workers", "1",
-               "--backend-store-uri", store_uri, "--artifacts-destination", str(Path(artifacts).resolve())]
-    return _spawn("MLflow", command, dict(os.environ), f"http://{host}:{port}", "/health", Path(log_dir or tempfile.mkdtemp()))
+               "--artifacts-destination", str(Path(artifacts).resolve())]
+    env = os.environ | {"MLFLOW_BACKEND_STORE_URI": store_uri}  # not an argument: `ps` would show its password
+    return _spawn("MLflow", command, env, f"http://{host}:{port}", "/health", Path(log_dir or tempfile.mkdtemp()))
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
@@ -169,12 +207,12 @@ def _raise_shutdown(signum, frame) -> None:
 def banner(prefect: Service, mlflow: Service, store_uri: str, artifacts: str) -> str:
     return f"""
 Prefect UI   {prefect.url}      (API {prefect.url}/api)
-MLflow UI    {mlflow.url}      (store {store_uri}, artifacts {artifacts})
+MLflow UI    {mlflow.url}      (store {redact(store_uri)}, artifacts {artifacts})
 logs         {prefect.log}, {mlflow.log}
 
 So that the pipeline's flow runs (dvc repro, workers, deployments) show in this Prefect server:
   export PREFECT_API_URL={prefect.url}/api
-MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep `{store_uri}` (this UI reads the same
+MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep `{redact(store_uri)}` (this UI reads the same
 store) or log through the server with `tracking.uri: {mlflow.url}`.
 Ctrl-C stops both servers.
 """

@@ -1,0 +1,91 @@
+"""Process lifetimes: a stage dies with whatever started it, and its children die with the stage.
+
+DVC runs a stage's cmd as `$SHELL -c "<cmd>"` (/bin/sh when SHELL is unset). bash and dash 0.5.11+ exec a
+single command, so the stage is DVC's child; other shells, or a cmd of several commands, keep the shell in
+between. `die_with_parent` asks Linux to signal this process when its parent exits (`PR_SET_PDEATHSIG`, any
+cause of death, SIGKILL included); `watch_grandparent` covers the shell in between by polling whether the
+shell's parent is still there. Children a stage starts itself (a Prefect server, `accelerate launch`) get
+`die_with_parent` as their `preexec_fn`, so a SIGKILLed stage takes them down too. The signal is sent when the
+*thread* that started the child exits, so start children from the thread that waits for them.
+
+Elsewhere than Linux these are no-ops: the stage then stops with its parent only on a signal it receives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import psutil
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "fish"})
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None  # loaded before any fork
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Have Linux send `sig` to this process when its parent (`parent`, default: the current one) exits; if it
+    has exited already, send it now. Safe in a `preexec_fn`: no import, no allocation beyond the call."""
+    if _LIBC is None:
+        return
+    parent = os.getppid() if parent is None else parent
+    if _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # orphaned before the request took effect
+        os.kill(os.getpid(), sig)
+
+
+def tied_to_this_process(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A `preexec_fn` for `subprocess.Popen`: the child gets `sig` when this process (its starting thread) exits."""
+    me = os.getpid()
+    return functools.partial(die_with_parent, sig, me)
+
+
+def watch_grandparent(interval: float = 0.5) -> threading.Thread | None:
+    """When the parent is a shell (`sh -c` that did not exec), SIGTERM this process once the shell's own
+    parent exits (the shell is then re-parented). Returns the daemon thread that polls, or None."""
+    try:
+        shell = psutil.Process(os.getppid())
+        if shell.name() not in SHELLS:
+            return None
+        starter = shell.ppid()
+    except psutil.Error:
+        return None
+
+    def poll() -> None:
+        while True:
+            try:
+                if shell.ppid() != starter:
+                    break
+            except psutil.NoSuchProcess:  # the shell is gone: PR_SET_PDEATHSIG has signalled us already
+                return
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=poll, name="watch-grandparent", daemon=True)
+    thread.start()
+    return thread
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) as an exception: code unwinds as on Ctrl-C, so temporaries and children are cleaned."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def terminate_as_interrupt() -> None:
+    """Turn SIGTERM and SIGHUP into `Terminated` in the main thread (SIGINT already raises KeyboardInterrupt)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)

@@ -1,0 +1,151 @@
+"""Failures that name themselves: one line and exit 1 for a known error, a traceback for a bug; outputs whole
+or untouched when a write fails; stale temporaries cleaned; text refused before it can break an output;
+cross-field params refused at load time; the training launch bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from centralrl.config import load_config
+from centralrl.distributed import launch_command
+from centralrl.errors import ConfigError, DataError, OutputError
+from centralrl.io import (atomic_directory, atomic_files, clean_stale_temporaries, read_jsonl, write_json, write_jsonl,
+                          write_rows)
+from conftest import REPO, write_params
+
+STAGE = """
+import errno, os, sys
+from stages.cli import run_stage
+from centralrl.io import write_json
+
+def main():
+    what, target = sys.argv[-2:]
+    if what == "missing":
+        open(target)
+    if what == "full":
+        def full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        os.fsync = full  # the disk fills up while the output is written
+        write_json(target, {"new": True})
+    if what == "bug":
+        1 / 0
+
+if __name__ == "__main__":
+    run_stage(main)
+"""
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def stage(tmp_path) -> Path:
+    write_params(tmp_path)
+    (tmp_path / "tiny_stage.py").write_text(STAGE)
+    return tmp_path
+
+
+def test_a_param_no_stage_reads_is_refused_by_every_stage_in_one_message(tmp_path):
+    params = write_params(tmp_path, {"data": {"synthetic": {"n_people": -1}}})  # prepare_model does not track data
+    done = run(["-m", "stages.prepare_model", "--params", str(params), "--backbone", "main",
+                "--out", str(tmp_path / "m"), "--metrics", str(tmp_path / "m.json")], REPO)
+    assert done.returncode == 1
+    assert "data.synthetic.n_people" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.startswith("prepare_model: error: invalid params")
+
+
+def test_a_missing_input_is_one_line_naming_it(stage):
+    done = run(["tiny_stage.py", "missing", str(stage / "nowhere.jsonl")], stage)
+    assert (done.returncode, done.stderr) == (1, f"tiny_stage: error: {stage / 'nowhere.jsonl'}: No such file or "
+                                                 "directory\n")
+
+
+def test_a_full_disk_names_the_output_and_keeps_the_previous_one(stage):
+    target = stage / "metrics.json"
+    write_json(target, {"old": True})
+    done = run(["tiny_stage.py", "full", str(target)], stage)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{target}: could not be written (No space left on device)" in done.stderr
+    assert target.read_text() == '{\n  "old": true\n}\n'
+    assert sorted(p.name for p in stage.glob(".*")) == []  # no temporary left
+
+
+def test_a_bug_keeps_its_traceback(stage):
+    done = run(["tiny_stage.py", "bug", "-"], stage)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "ZeroDivisionError" in done.stderr
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_nothing_to_resume(tmp_path):
+    state = tmp_path / "state"
+    with pytest.raises(OutputError, match=r"step-000002: could not be written \(No space left on device\)"):
+        with atomic_directory(state / "step-000002") as tmp:
+            (tmp / "adapter.safetensors").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as torch.save reports a full disk
+    assert list(state.iterdir()) == []
+
+
+def test_a_replaced_directory_is_never_a_mix(tmp_path):
+    target = tmp_path / "index"
+    for version in ("old", "new"):
+        with atomic_directory(target) as tmp:
+            (tmp / version).write_text(version)
+    assert [p.name for p in tmp_path.iterdir()] == ["index"] and [p.name for p in target.iterdir()] == ["new"]
+
+
+def test_temporaries_of_dead_writers_are_cleaned_by_the_next_write(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".train.jsonl.{dead.stdout.strip()}.x1y2.incomplete"
+    live = tmp_path / f".test.jsonl.{os.getpid()}.x1y2.incomplete"  # being written by a live process: kept
+    stale.write_text("half")
+    live.write_text("half")
+    write_jsonl(tmp_path / "train.jsonl", [{"id": "a"}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "train.jsonl"])
+    assert clean_stale_temporaries(tmp_path) == []
+
+
+def test_outputs_written_together_are_replaced_together_or_not_at_all(tmp_path):
+    paths = [tmp_path / f"{name}.jsonl" for name in ("train", "test", "corpus")]
+    for path in paths:
+        path.write_text("old\n")
+    with pytest.raises(DataError, match=r"corpus\.jsonl: row 'p1' has text UTF-8 cannot encode"):
+        with atomic_files(*paths) as handles:
+            for handle, path, text in zip(handles, paths, ["fine", "fine", "lone \ud800 surrogate"]):
+                write_rows(handle, [{"id": "p1", "text": text}], path)
+    assert [p.read_text() for p in paths] == ["old\n"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "test.jsonl", "train.jsonl"]
+
+
+def test_undecodable_and_surrogate_lines_name_file_and_line(tmp_path):
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "a"}\n{"id": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"latin\.jsonl:2: not UTF-8 \(byte 0xe9"):
+        list(read_jsonl(latin))
+    escaped = tmp_path / "escaped.jsonl"
+    escaped.write_text('{"id": "pair \\ud83d\\ude00"}\n{"id": "lone \\ud800"}\n')
+    with pytest.raises(DataError, match=r"escaped\.jsonl:2: an escaped lone UTF-16 surrogate"):
+        list(read_jsonl(escaped))
+
+
+@pytest.mark.parametrize("overrides, both", [
+    ({"train": {"grpo": {"questions_per_step": 40}}}, ["questions_per_step (40)", "36 training questions"]),
+    ({"budgets": {"far": {"steps": 5}}}, ["{'far': 5}", "train.grpo.steps (2)"]),
+    ({"train": {"grpo": {"warmup_steps": 3}}}, ["warmup_steps (3)", "train.grpo.steps (2)"]),
+])
+def test_cross_field_params_fail_at_load_naming_both_values(tmp_path, overrides, both):
+    with pytest.raises(ConfigError) as error:
+        load_config(write_params(tmp_path, overrides))  # smoke: 6 training questions x 6 types
+    assert all(value in str(error.value) for value in both)
+
+
+def test_the_training_launch_binds_its_rendezvous_to_loopback_on_a_free_port():
+    command = launch_command(2, "stages.train", [])
+    ip, port = (command[command.index(flag) + 1] for flag in ("--main_process_ip", "--main_process_port"))
+    assert ip == "127.0.0.1" and port != "29500" and int(port) > 0

@@ -1,0 +1,75 @@
+"""SIGTERM, SIGKILL or Ctrl-C to `dvc repro` stop the running stage, its Prefect server and every other process
+it started, within seconds, and leave no partial output (a real DVC project, real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO, write_params
+
+pytestmark = pytest.mark.slow
+
+DVC = Path(sys.executable).with_name("dvc")
+
+
+def dvc_project(folder: Path) -> None:
+    """A DVC project (no git) whose one stage is tests/blocking_stage.py."""
+    write_params(folder)
+    shutil.copy(REPO / "tests" / "blocking_stage.py", folder / "blocking_stage.py")
+    (folder / "dvc.yaml").write_text(
+        "stages:\n  block:\n    cmd: python blocking_stage.py --params params.yaml --out out/result.json"
+        " --started started.json\n    deps: [blocking_stage.py]\n    outs: [out/result.json]\n")
+    subprocess.run([str(DVC), "init", "--no-scm", "-q"], cwd=folder, check=True)
+
+
+def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
+    env = os.environ | {"PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
+                        "PREFECT_HOME": str(prefect_home), "OMP_NUM_THREADS": "1"}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.Popen([str(DVC), "repro", "-q"], cwd=folder, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for(path: Path, repro: subprocess.Popen, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while not path.is_file() or not path.read_text():
+        if repro.poll() is not None:
+            pytest.fail(f"dvc repro exited early ({repro.returncode}): {repro.stdout.read().decode()}")
+        assert time.monotonic() < deadline, "the stage did not start its flow in time"
+        time.sleep(0.2)
+    return json.loads(path.read_text())
+
+
+def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path):
+    """One project per way of stopping dvc, all started at once (each stage starts a Prefect server: seconds)."""
+    hows = ("SIGTERM", "SIGKILL", "Ctrl-C")
+    for how in hows:
+        dvc_project(tmp_path / how)
+    repros = {how: start_repro(tmp_path / how, tmp_path / f"prefect-{how}") for how in hows}
+    families = {}
+    for how, repro in repros.items():
+        stage = psutil.Process(wait_for(tmp_path / how / "started.json", repro)["stage"])
+        families[how] = [stage, *stage.children(recursive=True)]  # the stage's Prefect server among them
+        assert len(families[how]) >= 2, "the stage should have its own Prefect server as a child"
+
+    for how, repro in repros.items():
+        if how == "Ctrl-C":  # a terminal sends SIGINT to the whole foreground process group
+            os.killpg(repro.pid, signal.SIGINT)
+        else:
+            os.kill(repro.pid, getattr(signal, how))
+    for how, repro in repros.items():
+        _, alive = psutil.wait_procs(families[how], timeout=15)
+        repro.wait(15)
+        assert not alive, f"still running after {how} to dvc: {[p.cmdline() for p in alive]}"
+        out = tmp_path / how / "out"
+        assert not out.is_dir() or not list(out.iterdir()), f"{how}: a partial output or temporary was left"
