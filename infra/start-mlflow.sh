@@ -9,6 +9,8 @@
 # with auth in front), MLFLOW_PORT (5000), MLFLOW_BACKEND_STORE_URI (sqlite:///mlflow.db; MLflow 3 refuses a
 # plain folder), MLFLOW_ARTIFACTS_DESTINATION (./mlartifacts; or s3://bucket with AWS_* and
 # MLFLOW_S3_ENDPOINT_URL set, needs boto3), MLFLOW_WORKERS (1: more than one fails on some machines).
+# The store's password is never printed (shown as user:***@) and never put on the command line (`ps` shows
+# that): mlflow reads the store from MLFLOW_BACKEND_STORE_URI.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,13 +19,14 @@ PORT="${MLFLOW_PORT:-5000}"
 STORE="${MLFLOW_BACKEND_STORE_URI:-sqlite:///mlflow.db}"
 ARTIFACTS="${MLFLOW_ARTIFACTS_DESTINATION:-./mlartifacts}"
 WORKERS="${MLFLOW_WORKERS:-1}"
+SHOWN_STORE="$(printf '%s' "$STORE" | sed -E 's#(://[^:/@[:space:]]*):[^@/[:space:]]*@#\1:***@#')"
 if [ -x .venv/bin/mlflow ]; then MLFLOW=.venv/bin/mlflow; else MLFLOW="$(command -v mlflow)" || {
   echo "mlflow not found: run 'make setup' (creates .venv) or install mlflow" >&2; exit 1; }; fi
 
 cat <<MSG
-MLflow UI and API: http://${HOST}:${PORT}   (store ${STORE}, artifacts ${ARTIFACTS})
+MLflow UI and API: http://${HOST}:${PORT}   (store ${SHOWN_STORE}, artifacts ${ARTIFACTS})
 Point the pipeline at it, in params.yaml:   tracking: {uri: http://${HOST}:${PORT}}
-(or keep tracking.uri: ${STORE}: the pipeline writes the store directly and this UI reads it)
+(or keep tracking.uri: ${SHOWN_STORE}: the pipeline writes the store directly and this UI reads it)
 MSG
-exec "$MLFLOW" server --host "$HOST" --port "$PORT" --workers "$WORKERS" \
-  --backend-store-uri "$STORE" --artifacts-destination "$ARTIFACTS"
+export MLFLOW_BACKEND_STORE_URI="$STORE"
+exec "$MLFLOW" server --host "$HOST" --port "$PORT" --workers "$WORKERS" --artifacts-destination "$ARTIFACTS"

@@ -63,21 +63,36 @@ def test_build_index_flow_reports_recall_for_every_benchmark(prefect_server, smo
     assert (tmp_path / "index" / "manifest.json").is_file()
 
 
+# Credentials a user's shell may hold while the pipeline runs; none may reach an output, the store or the log.
+SECRETS = {"ELASTIC_PASSWORD": "ESPASSWORD0", "ELASTIC_API_KEY": "ESAPIKEY0", "AWS_SECRET_ACCESS_KEY": "AWSSECRET0",
+           "MLFLOW_TRACKING_PASSWORD": "MLPASSWORD0", "MLFLOW_TRACKING_URI": "http://mlflow:URLPASSWORD0@127.0.0.1:9"}
+
+
 def _run(command: list[str], cwd: Path) -> str:
+    """Run `command` with the secrets above in its environment; its stdout and stderr (the log)."""
     from prefect.settings import PREFECT_API_URL
 
     # every stage's flow reports to the test server instead of starting its own (seconds per stage saved)
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                        "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env = os.environ | SECRETS | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                                  "ELASTIC_USERNAME": "elastic", "PREFECT_API_URL": PREFECT_API_URL.value()}
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return result.stdout + result.stderr
+
+
+def _assert_no_secret_in(folder: Path, log: str) -> None:
+    """No secret value in the log or in any file under `folder` (outputs, DVC cache, dvc.lock, mlflow.db, mlruns/)."""
+    secrets = ["URLPASSWORD0", *SECRETS.values()]
+    assert [s for s in secrets if s in log] == []
+    files = [p for p in folder.rglob("*") if p.is_file() and ".git" not in p.parts]
+    assert [(str(p), s) for p in files for s in secrets if s.encode() in p.read_bytes()] == []
 
 
 @pytest.mark.slow
 def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns_to_the_same_bytes(prefect_server, tmp_path):
     """What `make experiment` does, on the smoke profile, in a fresh git + DVC repository: every cell of
-    arms x seeds x budgets, the references, the verdict report, and MLflow runs under one parent."""
+    arms x seeds x budgets, the references, the verdict report, and MLflow runs under one parent; with secrets
+    in the environment (one inside a URL), none of which reaches an output, dvc.lock, the store or the log."""
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
     for name in ("profiles", "stages", "flows", "src"):
@@ -87,7 +102,8 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     _run(["git", "init", "-q"], tmp_path)
     _run(["dvc", "init", "-q"], tmp_path)
 
-    _run(["dvc", "repro"], tmp_path)
+    log = _run(["dvc", "repro"], tmp_path)
+    _assert_no_secret_in(tmp_path, log)
     lock = (tmp_path / "dvc.lock").read_text()
     for cell in ("train@central_only-0-main", "train@joint-1-main", "evaluate@joint-0-main", "evaluate_reference@single_agent-main"):
         assert f"{cell}:" in lock

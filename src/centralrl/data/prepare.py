@@ -4,7 +4,10 @@ Checks that make a dataset trustworthy, each refusing with a message that names 
 question ids are unique; no evaluation question is also a training question (same id or the same
 normalized text; with `data.train_overlap: drop` the training copies are dropped instead, and counted: open-
 domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one passage id
-never carries two texts.
+never carries two texts. Inputs are bounded (`check_bounds`, per source, naming the file): no question longer
+than `data.max_question_chars` (it would fill the backbone's context), no passage longer than
+`data.max_passage_chars`, and no golden answer that normalizes to the empty string (every prediction would
+contain it, so Acc would be 1 whatever the answer).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from centralrl.config import DataConfig, QuestionSource
+from centralrl.config import CorpusSource, DataConfig, QuestionSource
 from centralrl.errors import ConfigError, DataError
 from centralrl.metrics import normalize_answer
 from centralrl.schema import SPLITS, Passage, Question
@@ -84,6 +87,30 @@ def check_supporting_ids(questions: list[Question], passages: list[Passage]) -> 
         raise DataError(f"supporting passages missing from the corpus: {_examples(missing)}")
 
 
+def _listing(problems: list[str], limit: int = 5) -> str:
+    more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
+
+
+def check_bounds(questions: list[Question], passages: list[Passage], data: DataConfig, origin: str) -> None:
+    """Refuse, naming each row and `origin` (its file), an over-long question or passage and a golden answer
+    that normalizes to the empty string."""
+    problems = [f"question {q.id} ({q.benchmark}) has {len(q.question)} characters, above data.max_question_chars "
+                f"{data.max_question_chars}" for q in questions if len(q.question) > data.max_question_chars]
+    problems += [f"question {q.id} ({q.benchmark}): golden answer {answer!r} normalizes to the empty string, so "
+                 "every prediction would match it" for q in questions for answer in q.golden_answers
+                 if not normalize_answer(answer)]
+    problems += [f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars "
+                 f"{data.max_passage_chars}" for p in passages if len(p.text) > data.max_passage_chars]
+    if problems:
+        raise DataError(f"{origin}: {len(problems)} row(s) refused: {_listing(problems)}")
+
+
+def _origin(source: QuestionSource | CorpusSource) -> str:
+    """Where a source's rows come from, for messages: its file, its hub dataset, or the generator."""
+    return getattr(source, "path", None) or getattr(source, "dataset_id", None) or f"the {source.kind} source"
+
+
 def _load_source(source: QuestionSource, data: DataConfig, root: Path) -> tuple[list[Question], list[Passage]]:
     if source.kind == "synthetic":
         from centralrl.data import synthetic
@@ -105,9 +132,12 @@ def collect(data: DataConfig) -> Dataset:
     passage_groups: list[list[Passage]] = []
     for source in data.questions:
         loaded, carried = _load_source(source, data, root)
+        check_bounds(loaded, carried, data, _origin(source))
         questions.extend(loaded)
         passage_groups.append(carried)
-    passage_groups.extend(formats.load_corpus(source, root) for source in data.corpus)
+    for source in data.corpus:
+        passage_groups.append(formats.load_corpus(source, root))
+        check_bounds([], passage_groups[-1], data, _origin(source))
     passages = merge_passages(passage_groups)
     check_unique_ids(questions)
     dropped = None

@@ -11,6 +11,14 @@ completes a stop string), so the records mean the same whichever engine made the
 engine from `harness.engine`: this one (transformers) or `VllmRolePolicy` (vLLM, the optional gpu extra,
 imported only when chosen). The trainer calls `weights_changed()` after every optimizer step and after
 restoring a state; this engine generates with the model itself, so for it that is a no-op.
+
+Every prompt is cut to fit the model's context before it is generated from (`fit_prompt`): at most the
+context (`max_position_embeddings`; the vLLM engine also `harness.vllm.max_model_len`) minus the call's
+`max_new_tokens`. What is cut is the middle: the first half of the allowance is kept from the start (the
+system prompt and the opening of the user turn), the second half from the end (the latest notes or search
+results, the chat template's assistant opening and the prefilled tag). So an over-long question, note or
+transcript loses its middle instead of hanging generation in quadratic attention or overrunning the position
+table; the records hold the prompt as cut, which is what the model saw and what the trainer scores.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from centralrl.compute import PhaseClock
 from centralrl.config import HarnessConfig
+from centralrl.errors import BackboneError
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -35,6 +44,18 @@ class Generation:
     completion_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     text: str
+
+
+def fit_prompt(prompt: Sequence[int], limit: int) -> list[int]:
+    """`prompt` cut to at most `limit` tokens by dropping its middle (half of `limit` kept from each end).
+
+    >>> fit_prompt(list(range(10)), 4), fit_prompt([1, 2], 4)
+    ([0, 1, 8, 9], [1, 2])
+    """
+    if len(prompt) <= limit:
+        return list(prompt)
+    head = limit // 2
+    return list(prompt[:head]) + list(prompt[len(prompt) - (limit - head):])
 
 
 def pick_device(requested: str) -> torch.device:
@@ -54,11 +75,20 @@ class RolePolicy:
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self.clock = clock or PhaseClock()  # generation and retrieval time of the episodes run with this policy
+        self.context = model.config.max_position_embeddings  # positions a prompt plus its completion may fill
 
     def encode_chat(self, messages: list[dict], prefill: str = "") -> list[int]:
         """Token ids of a chat with the assistant's turn opened and `prefill` already written in it."""
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return self.tokenizer.encode(text + prefill, add_special_tokens=False)
+
+    def fit_prompts(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Each prompt cut (`fit_prompt`) so that it and `max_new_tokens` new tokens fit the context."""
+        limit = self.context - max_new_tokens
+        if limit < 1:
+            raise BackboneError(f"harness.max_new_tokens.{role} ({max_new_tokens}) leaves no room for a prompt in the "
+                                f"backbone's context of {self.context} positions")
+        return [fit_prompt(prompt, limit) for prompt in prompts]
 
     def weights_changed(self) -> None:
         """The trainer calls this after every optimizer step and after restoring a state; an engine that holds
@@ -67,6 +97,7 @@ class RolePolicy:
     def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
                  temperature: float = 1.0, seed: int = 0) -> list[Generation]:
         results: list[Generation] = []
+        prompts = self.fit_prompts(role, prompts, max_new_tokens)
         with self.clock.phase("generation"):
             for start in range(0, len(prompts), self.batch_size):
                 batch = prompts[start : start + self.batch_size]

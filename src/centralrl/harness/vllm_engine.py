@@ -18,29 +18,13 @@ from the full distribution), `max_tokens`, the role's stop strings kept in the o
 chosen token's log-prob only). Every output goes through `completion_to_generation` -> `trim_generation`, so
 the cut and the records mean what the transformers engine's mean.
 
-Verified against vLLM's sources and docs (>= 0.10.2, the gpu extra's floor):
-- `LLM(model, tokenizer, dtype, seed, gpu_memory_utilization, enforce_eager, **EngineArgs)`; `enable_lora`,
-  `max_lora_rank` (one of 8, 16, 32, 64, 128, 256, 320, 512; so the adapters' r is rounded up to it),
-  `max_loras`, `max_model_len`, `logprobs_mode`, `generation_config` are engine args.
-- `logprobs_mode="processed_logprobs"`: log-probs after temperature (and top-k/top-p, off here); the default
-  `raw_logprobs` is before temperature. For greedy requests vLLM applies no temperature, i.e. temperature 1,
-  which is what the transformers engine records for greedy (vllm/v1/sample/sampler.py). In 0.10.0 and 0.10.1
-  "processed" did not yet include temperature (prime-rl PR #697 patched it); TRL (PR #4163) and ms-swift rely
-  on it from 0.10.2 on, hence the floor of the gpu extra.
-- `generation_config="vllm"`: the checkpoint's generation_config.json is not read, so only the tokenizer's
-  eos token ends a sequence, as in the transformers engine (whose GenerationConfig is explicit too).
-- `SamplingParams(temperature, top_p, top_k, max_tokens, seed, stop, include_stop_str_in_output, logprobs)`;
-  temperature 0 is greedy; top_k -1 disables it (0 also does from some version on; -1 is accepted by all);
-  `logprobs=0` returns a dict with just the sampled token per step.
-- `LLM.generate(prompts, sampling_params (one per prompt allowed), use_tqdm=, lora_request=)` returns one
-  `RequestOutput` per prompt, in order; `.outputs[0].token_ids` ends with the eos token when the sequence
-  ended on it (the scheduler checks the last appended token) and with the token that completed a stop
-  string otherwise; `.outputs[0].logprobs` is a list (one per token) of dicts token id -> `Logprob(.logprob)`.
-- `LoRARequest(name, int_id, path)`; `TokensPrompt(prompt_token_ids=...)` from `vllm.inputs`.
+The vLLM interface this relies on (engine args, log-prob mode, sampling params, outputs), and how it was
+checked, is in docs/verification.md; it sets the gpu extra's floor, vLLM 0.10.2.
 
 Departures: vLLM matches stop strings on its incremental detokenization, the transformers engine on its
 own; `trim_generation` re-cuts both the same way, so the ids agree whenever both stopped at the same token.
-vLLM refuses a prompt plus completion longer than `harness.vllm.max_model_len`, and (recent versions) a
+vLLM refuses a prompt plus completion longer than `harness.vllm.max_model_len`, so the context prompts are cut
+to (`RolePolicy.fit_prompts`) is the smaller of it and the model's positions; it also refuses (recent versions) a
 temperature above 2. vLLM's kernels differ from transformers', so log-probs agree to float tolerance, not
 bit for bit, and a near-tie may flip a greedy token.
 `batch_size` is not used: vLLM schedules all prompts of a call itself. When CUDA is already initialised in the
@@ -128,6 +112,7 @@ class VllmRolePolicy(RolePolicy):
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapters: dict[str, str | None],
                  model_dir: str | Path, settings: VllmConfig, batch_size: int = 16, clock: PhaseClock | None = None) -> None:
         super().__init__(model, tokenizer, adapters, batch_size, clock)
+        self.context = min(self.context, settings.max_model_len)
         problems = vllm_problems()
         if problems:
             raise BackboneError("; ".join(problems))
@@ -177,6 +162,7 @@ class VllmRolePolicy(RolePolicy):
                  temperature: float = 1.0, seed: int = 0) -> list[Generation]:
         if not prompts:
             return []
+        prompts = self.fit_prompts(role, prompts, max_new_tokens)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

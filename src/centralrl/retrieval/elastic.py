@@ -28,10 +28,8 @@ Bulk chunks are retried whole, which is safe because every action indexes by exp
 Credentials come from the environment only (ELASTIC_API_KEY, or ELASTIC_USERNAME and ELASTIC_PASSWORD;
 ELASTIC_CA_CERTS for a private CA), never from params.
 
-Not tested here: no real cluster was available on the build machine. The tests run the official client against
-an HTTP double of the Elasticsearch REST API (`tests/fake_elasticsearch.py`), which checks the requests and
-computes BM25 in Python but does not reproduce Lucene's analyzers, so the analyzer settings above and the exact
-scores of a real cluster are unverified here. `infra/elasticsearch/` has a compose file to run one.
+How far this was tested without a real cluster (what the tests' HTTP double checks and what it does not):
+docs/verification.md.
 """
 
 from __future__ import annotations
