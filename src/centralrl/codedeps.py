@@ -1,0 +1,277 @@
+"""Which project source files a piece of code runs, found statically: the rule for stage deps and fingerprints.
+
+`project_sources(entries, root)` follows every import statement (module-level and inside functions, absolute
+and relative, `from pkg import submodule` included) from the entry files through the project's own packages
+(`centralrl` under `src/`, `stages`, `flows`), reading the syntax tree only: nothing is imported or run, so
+lazy imports inside `main()` count and third-party packages (torch, ...) are ignored. `sources_sha256` hashes
+such a list, independent of the checkout folder.
+
+Command line (`python -m centralrl.codedeps --help`): `--check dvc.yaml` lists, per stage, the project files
+its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps of dvc.lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from centralrl.errors import CentralRLError
+
+if TYPE_CHECKING:
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
+# Top-level project packages and the folder (relative to the repository root) each one lives in.
+PACKAGE_HOMES = {"centralrl": Path("src"), "stages": Path("."), "flows": Path(".")}
+# How a stage's cmd names its entry module: `python -m stages.train ...`.
+ENTRY_MODULE = re.compile(r"\bpython3?\s+-m\s+([\w.]+)")
+
+
+def project_sources(entries: Iterable[Path], root: Path) -> list[Path]:
+    """Sorted root-relative paths of the entry files and every project file they import, transitively, with
+    the `__init__.py` of every package on the way (the entries' own packages included: `python -m` runs them).
+
+    Entries may be absolute or relative to `root`."""
+    root = Path(root).resolve()
+    seen: set[Path] = set()
+    pending = [_absolute(Path(entry), root) for entry in entries]
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        module = _module_name(path, root)
+        if module:  # running or importing a module first runs the __init__.py of its packages
+            pending.extend(_module_files(module, root))
+        for name in _imported_modules(path, module):
+            pending.extend(_module_files(name, root))
+    return sorted(path.relative_to(root) for path in seen)
+
+
+def sources_sha256(paths: Iterable[Path], root: Path) -> str:
+    """One sha256 over the files' root-relative paths (POSIX form) and contents, in sorted order, so the same
+    sources give the same hash in any checkout folder."""
+    root = Path(root).resolve()
+    digest = hashlib.sha256()
+    for relative in sorted({_absolute(Path(path), root).relative_to(root).as_posix() for path in paths}):
+        content = (root / relative).read_bytes()
+        digest.update(f"{relative}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def module_file(module: str, root: Path) -> Path | None:
+    """The file of a project module (`stages.train` -> `stages/train.py`, a package -> its `__init__.py`),
+    relative to `root`; None when the module is not the project's or does not exist."""
+    top = module.split(".")[0]
+    if top not in PACKAGE_HOMES:
+        return None
+    base = PACKAGE_HOMES[top].joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if (Path(root) / candidate).is_file():
+            return Path(candidate.as_posix())  # drops the leading "./" of the stages and flows homes
+    return None
+
+
+def entry_modules(dvc_yaml: Path) -> dict[str, str | None]:
+    """Per stage of `dvc_yaml` (foreach and matrix expanded, by DVC), the module its cmd runs with `python -m`
+    (`stages.train`), or None when it runs none."""
+    with _open_repo(Path(dvc_yaml).resolve().parent) as repo:
+        return {stage.name: _entry_module(stage.cmd) for stage in _pipeline_stages(repo, dvc_yaml)}
+
+
+def uncovered_sources(dvc_yaml: Path) -> dict[str, list[str]]:
+    """Per stage of `dvc_yaml`, the project files its entry module imports that no dep covers (a dep covers a
+    file when it is the file or a folder above it). A stage whose cmd runs no project module cannot be checked,
+    and is reported as such."""
+    root = Path(dvc_yaml).resolve().parent
+    gaps = {}
+    with _open_repo(root) as repo:
+        for stage in _pipeline_stages(repo, dvc_yaml):
+            module = _entry_module(stage.cmd)
+            entry = module_file(module, root) if module else None
+            if entry is None:
+                gaps[stage.name] = [f"(its cmd runs no project module with `python -m`: {stage.cmd})"]
+                continue
+            deps = [PurePosixPath(dep.def_path) for dep in _file_deps(stage)]
+            missing = [source.as_posix() for source in project_sources([entry], root) if not _covered(source, deps)]
+            if missing:
+                gaps[stage.name] = missing
+    return gaps
+
+
+def refresh_lock_deps(dvc_yaml: Path) -> list[str]:
+    """Rewrite the `deps` of every stage of `dvc_yaml` that dvc.lock records, to match dvc.yaml's deps as they
+    are now, and return those stages' names. `outs`, `params`, `cmd` and stages no longer in dvc.yaml are left
+    as they are.
+
+    Source deps are hashed by DVC itself (`Dependency.save`, what `dvc commit` does). A dep on a pipeline output
+    (or a folder holding one) keeps the hash the lock records for it, or takes the producing stage's recorded
+    out; outputs need not be in the workspace. Only for a refactor whose outputs are known to be unchanged:
+    the lock then claims the new code made the recorded outputs."""
+    from dvc.stage.serialize import to_single_stage_lockfile
+    from dvc.utils.serialize import modify_yaml
+
+    root = Path(dvc_yaml).resolve().parent
+    with _open_repo(root) as repo, modify_yaml(str(root / "dvc.lock")) as lock:
+        pipeline = _pipeline_stages(repo, dvc_yaml)
+        outs = {PurePosixPath(out.def_path): out for stage in pipeline for out in stage.outs}
+        stages = [stage for stage in pipeline if stage.name in lock["stages"]]
+        for stage in stages:
+            for dep in _file_deps(stage):
+                _rehash(stage, dep, outs)
+            lock["stages"][stage.name]["deps"] = to_single_stage_lockfile(stage)["deps"]
+    return [stage.name for stage in stages]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m centralrl.codedeps",
+        description=__doc__.partition("\n")[0],
+        epilog="A dep covers a file when it is the file or a folder above it. The import closure is static: "
+        "every import statement counts, even one in a branch that never runs.",
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--check",
+        metavar="DVC_YAML",
+        type=Path,
+        help="list, per stage, the project files its entry module (`python -m stages.X` in its cmd) "
+        "imports that its deps do not cover; exit 1 if any",
+    )
+    action.add_argument(
+        "--refresh-lock",
+        metavar="DVC_YAML",
+        type=Path,
+        help="maintainers only, after a refactor whose outputs are known to be unchanged (outputs "
+        "need not be present): rewrite only the deps of every stage in the dvc.lock beside "
+        "DVC_YAML to match DVC_YAML's deps (new deps added, removed ones dropped, source files "
+        "rehashed by DVC); outs, params and cmd are kept. Otherwise run `dvc repro`",
+    )
+    args = parser.parse_args(argv)
+    dvc_yaml = args.check or args.refresh_lock
+    if not dvc_yaml.is_file():
+        parser.error(f"{dvc_yaml}: no such file")
+    try:
+        return _print_gaps(uncovered_sources(dvc_yaml)) if args.check else _print_refreshed(dvc_yaml)
+    except CentralRLError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _print_gaps(gaps: dict[str, list[str]]) -> int:
+    for stage, missing in gaps.items():
+        print(f"{stage}: deps do not cover {', '.join(missing)}")
+    if not gaps:
+        print("every stage's deps cover the project files its entry module imports")
+    return 1 if gaps else 0
+
+
+def _print_refreshed(dvc_yaml: Path) -> int:
+    stages = refresh_lock_deps(dvc_yaml)
+    print(f"dvc.lock: deps refreshed for {len(stages)} stages: {', '.join(stages)}")
+    return 0
+
+
+def _open_repo(root: Path) -> Repo:
+    """The DVC project at `root`, without git: reading the pipeline and hashing files need none."""
+    from dvc.repo import Repo
+
+    return Repo(str(root), config={"core": {"no_scm": True}})
+
+
+def _pipeline_stages(repo: Repo, dvc_yaml: Path) -> list[PipelineStage]:
+    path = Path(dvc_yaml).resolve()
+    return [stage for stage in repo.index.stages if Path(stage.path).resolve() == path]
+
+
+def _file_deps(stage: PipelineStage) -> list:
+    from dvc.dependency import ParamsDependency
+
+    return [dep for dep in stage.deps if not isinstance(dep, ParamsDependency)]
+
+
+def _entry_module(cmd: str | list[str]) -> str | None:
+    match = ENTRY_MODULE.search(cmd if isinstance(cmd, str) else " ".join(cmd))
+    return match.group(1) if match else None
+
+
+def _covered(source: Path, deps: list[PurePosixPath]) -> bool:
+    posix = PurePosixPath(source.as_posix())
+    return any(dep == posix or dep in posix.parents for dep in deps)
+
+
+def _rehash(stage: PipelineStage, dep, outs: dict) -> None:
+    """Hash a source dep as DVC does; a dep on pipeline outputs keeps its recorded hash (see refresh_lock_deps)."""
+    path = PurePosixPath(dep.def_path)
+    if not any(_overlap(path, out) for out in outs):
+        if not dep.exists:
+            raise CentralRLError(f"dvc.yaml: stage {stage.name}: dep {path} does not exist")
+        dep.save()
+    elif not dep.hash_info and path in outs and outs[path].hash_info:
+        dep.hash_info, dep.meta = outs[path].hash_info, outs[path].meta
+    elif not dep.hash_info:
+        raise CentralRLError(
+            f"dvc.lock: stage {stage.name}: dep {path} holds pipeline outputs and the lock "
+            "records no hash for it; run the stage (dvc repro) instead of refreshing the lock"
+        )
+
+
+def _overlap(a: PurePosixPath, b: PurePosixPath) -> bool:
+    return a == b or a in b.parents or b in a.parents
+
+
+def _absolute(path: Path, root: Path) -> Path:
+    return (path if path.is_absolute() else root / path).resolve()
+
+
+def _module_name(path: Path, root: Path) -> str | None:
+    """The dotted name of a project file (`src/centralrl/rl/grpo.py` -> `centralrl.rl.grpo`), None otherwise."""
+    relative = path.relative_to(root)
+    for top, home in PACKAGE_HOMES.items():
+        parts = relative.relative_to(home).with_suffix("").parts if relative.is_relative_to(home / top) else ()
+        if parts:
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return None
+
+
+def _module_files(module: str, root: Path) -> Iterator[Path]:
+    """The files importing `module` executes: each enclosing package's `__init__.py`, then the module's."""
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        found = module_file(".".join(parts[:depth]), root)
+        if found is not None:
+            yield root / found
+
+
+def _imported_modules(path: Path, module: str | None) -> Iterator[str]:
+    """Every module an import statement anywhere in the file names, `from a import b` giving both `a` and
+    `a.b` (b may be a submodule; a name that is not a module simply has no file)."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_from(node, module, is_package)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+
+
+def _resolve_from(node: ast.ImportFrom, module: str | None, is_package: bool) -> str:
+    """The absolute module of `from <node.module> import ...`, relative levels resolved against `module`."""
+    if not node.level:
+        return node.module or ""
+    package = (module or "").split(".")
+    package = package if is_package else package[:-1]
+    anchor = package[: len(package) - (node.level - 1)]
+    return ".".join(anchor + ([node.module] if node.module else []))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

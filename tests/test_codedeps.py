@@ -1,0 +1,160 @@
+"""Stage deps that cannot go stale: the static import closure, its hash, dvc.yaml's coverage of it, DVC's view."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from centralrl.codedeps import entry_modules, module_file, project_sources, sources_sha256, uncovered_sources
+from tests.conftest import REPO
+
+TINY_TREE = {
+    "stages/__init__.py": "",
+    "stages/entry.py": "import os\n\n\ndef main():\n    from centralrl.pkg import sub\n    import torch\n",
+    "src/centralrl/__init__.py": "",
+    "src/centralrl/pkg/__init__.py": "from .helper import VALUE\n",
+    "src/centralrl/pkg/helper.py": "VALUE = 1\n",
+    "src/centralrl/pkg/sub.py": "from .. import top\n",
+    "src/centralrl/top.py": "import centralrl.deep.leaf\n",
+    "src/centralrl/deep/__init__.py": "",
+    "src/centralrl/deep/leaf.py": "",
+    "src/centralrl/unused.py": "import centralrl.pkg\n",
+    "flows/__init__.py": "",
+}
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_project_sources_follows_lazy_from_relative_and_package_imports(tmp_path):
+    root = write_tree(tmp_path, TINY_TREE)
+    expected = sorted(Path(name) for name in TINY_TREE if name not in {"src/centralrl/unused.py", "flows/__init__.py"})
+    assert project_sources([Path("stages/entry.py")], root) == expected
+    leaf = ["src/centralrl/__init__.py", "src/centralrl/deep/__init__.py", "src/centralrl/deep/leaf.py"]
+    assert project_sources([root / "src/centralrl/deep/leaf.py"], root) == [Path(name) for name in leaf]
+
+
+def test_sources_sha256_depends_on_paths_and_contents_not_the_checkout_folder(tmp_path):
+    first, second = write_tree(tmp_path / "a", TINY_TREE), write_tree(tmp_path / "b", TINY_TREE)
+    sources = project_sources([Path("stages/entry.py")], first)
+    assert sources_sha256(sources, first) == sources_sha256(sources, second)
+    (second / "src/centralrl/top.py").write_text("import centralrl.deep.leaf  # edited\n")
+    assert sources_sha256(sources, first) != sources_sha256(sources, second)
+    assert sources_sha256(sources[1:], first) != sources_sha256(sources, first)
+
+
+def test_every_stage_deps_cover_what_its_entry_module_imports():
+    gaps = uncovered_sources(REPO / "dvc.yaml")
+    assert not gaps, f"dvc.yaml deps miss imported files (see python -m centralrl.codedeps --check dvc.yaml): {gaps}"
+
+
+def test_importing_a_stage_loads_only_project_modules_of_its_static_closure():
+    """A sanity check of the static analysis: what Python really loads at import is inside the closure."""
+    modules = sorted({module for module in entry_modules(REPO / "dvc.yaml").values() if module})
+    probe = (
+        "import importlib, json, sys\n"
+        "ours = lambda name: name.split('.')[0] in ('centralrl', 'stages', 'flows')\n"
+        "loaded = {}\n"
+        f"for module in {modules!r}:\n"
+        "    for name in [name for name in sys.modules if ours(name)]: del sys.modules[name]\n"
+        "    importlib.import_module(module)\n"
+        "    loaded[module] = sorted(name for name in sys.modules if ours(name))\n"
+        "print(json.dumps(loaded))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    for module, names in json.loads(result.stdout.splitlines()[-1]).items():
+        closure = set(project_sources([module_file(module, REPO)], REPO))
+        assert {module_file(name, REPO) for name in names} <= closure, module
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    """The checkout's files (tracked and new, not ignored ones: no outputs) in a fresh git repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, tmp_path / name)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def codedeps(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "centralrl.codedeps", *args], cwd=folder, capture_output=True, text=True
+    )
+
+
+def changed_deps(folder: Path) -> dict[str, set[str]]:
+    """`dvc status` per stage: the deps it reports changed."""
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"], cwd=folder, capture_output=True, text=True, check=True
+    )
+    return {
+        stage: {path for entry in entries if isinstance(entry, dict) for path in entry.get("changed deps", {})}
+        for stage, entries in json.loads(status.stdout).items()
+    }
+
+
+def lock_without_deps(lock: bytes) -> dict:
+    document = yaml.safe_load(lock)
+    return {
+        **document,
+        "stages": {
+            name: {key: value for key, value in stage.items() if key != "deps"}
+            for name, stage in document["stages"].items()
+        },
+    }
+
+
+def test_check_names_the_stage_and_the_uncovered_file(workspace):
+    dvc_yaml = workspace / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("      - src/centralrl/report.py\n", "", 1))
+    result = codedeps(workspace, "--check", "dvc.yaml")
+    gaps = dict(line.split(": deps do not cover ") for line in result.stdout.splitlines())
+    assert result.returncode == 1 and "src/centralrl/report.py" in gaps["compare"].split(", ")
+
+
+@pytest.mark.slow
+def test_refreshed_lock_then_a_code_edit_reruns_exactly_the_stages_that_import_it(workspace):
+    before = (workspace / "dvc.lock").read_bytes()
+    assert codedeps(workspace, "--refresh-lock", "dvc.yaml").returncode == 0
+    refreshed = (workspace / "dvc.lock").read_bytes()
+    assert codedeps(workspace, "--refresh-lock", "dvc.yaml").returncode == 0
+    assert (workspace / "dvc.lock").read_bytes() == refreshed  # deterministic
+    assert lock_without_deps(refreshed) == lock_without_deps(before)
+
+    (workspace / "src/centralrl/harness/__pycache__").mkdir()  # .dvcignore: bytecode is not a source
+    (workspace / "src/centralrl/harness/__pycache__/engine.pyc").write_bytes(b"bytecode")
+    code = ("src/", "stages/", "flows/", "profiles/")
+    assert not {
+        stage: deps for stage, deps in changed_deps(workspace).items() if any(dep.startswith(code) for dep in deps)
+    }  # only the absent outputs differ
+
+    with (workspace / "src/centralrl/metrics.py").open("a") as metrics:
+        metrics.write("# an edit\n")
+    changed = {stage for stage, deps in changed_deps(workspace).items() if "src/centralrl/metrics.py" in deps}
+    importers = {
+        stage
+        for stage, module in entry_modules(workspace / "dvc.yaml").items()
+        if Path("src/centralrl/metrics.py") in project_sources([module_file(module, workspace)], workspace)
+    }
+    assert changed == importers
+    assert {"train", "evaluate", "evaluate_reference"} <= {stage.split("@")[0] for stage in changed}
+    assert not any(stage.startswith("prepare_model") for stage in changed)
