@@ -1,21 +1,11 @@
 """Prefect flows `experiment` and `evaluation`: the DVC pipeline, or a part of it, as one Prefect flow run, so it
 can be deployed, scheduled, triggered from the UI and run by a worker (prefect.yaml at the repo root).
 
-DVC still decides what is stale and runs the stages; these flows only build the command, run it in the repo
-root as a subprocess, stream its output to the flow run's log line by line, and fail the run with its last
-lines when it exits non-zero. The stages' own flows (build-index, train-arm, evaluate-harness) show up as
+DVC still decides what is stale and runs the stages; these flows only plan the command
+(`centralrl.dvc_runs`, which says how arms, seeds and profiles become DVC targets and -S options), run it in
+the repo root as a subprocess, stream its output to the flow run's log line by line, and fail the run with its
+last lines when it exits non-zero. The stages' own flows (build-index, train-arm, evaluate-harness) show up as
 separate flow runs on the same Prefect server (the subprocess inherits PREFECT_API_URL).
-
-The command: `dvc repro` when params.yaml already says what was asked; `dvc exp run -S profile=... -S
-'seeds=[...]'` when the profile or the seeds differ from params.yaml (an experiment: DVC writes the overrides
-into params.yaml in the workspace and records the run as a git-backed experiment, `dvc exp show`).
-
-Arms are DVC targets, not a params override. `arms` in params.yaml is a dict that is also a matrix axis of
-`train` and `evaluate` and a param of `compare`; overriding it with -S would change the experiment's identity
-(the MLflow parent run, compare's inputs) and silently drop the other arms from dvc.lock's view. Selecting arms
-instead reproduces only `evaluate@<arm>-<seed>-<backbone>` (and what it depends on: data, index, backbone,
-warm start, `train@<arm>-...`) for the given arms. `compare` is left out then, because it reads every arm in
-params.yaml: run it (or the whole pipeline) once all arms are done.
 
 `evaluation` runs evaluation alone: `dvc repro --single-item` of the `evaluate` and `evaluate_reference`
 stages (and `compare` when no arm subset is given) on the adapters already trained, without reproducing
@@ -24,127 +14,34 @@ training even if it is stale (`dvc status` still says so afterwards).
 
 from __future__ import annotations
 
-import collections
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-import yaml
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from centralrl.dvc_runs import EVALUATION_STAGES, dvc_command, dvc_env, read_params, stream
+
 REPO = Path(__file__).resolve().parents[1]
-ARM_STAGES = ("train", "evaluate")        # matrix stages over arms x seeds x backbones, named <stage>@<arm>-<seed>-<backbone>
-EVALUATION_STAGES = ("evaluate", "evaluate_reference", "compare")
-TAIL_LINES = 40                            # the output lines a failed run's error message carries
-
-
-def read_params(repo: str | Path) -> dict:
-    """params.yaml of the repo (the matrix axes live there only; profiles may not set them)."""
-    path = Path(repo) / "params.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: `repo` must be the root of a centralrl checkout")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
-def overrides(params: dict, profile: str | None, seeds: list[int] | None) -> list[str]:
-    """The -S options for what differs from params.yaml (none: a plain `dvc repro` suffices).
-
-    >>> overrides({"profile": "default", "seeds": [0, 1]}, "smoke", [0])
-    ['-S', 'profile=smoke', '-S', 'seeds=[0]']
-    >>> overrides({"profile": "default", "seeds": [0, 1]}, "default", [0, 1])
-    []
-    """
-    options = []
-    if profile is not None and profile != params.get("profile"):
-        options += ["-S", f"profile={profile}"]
-    if seeds is not None and list(seeds) != params.get("seeds"):
-        options += ["-S", f"seeds=[{','.join(str(int(s)) for s in seeds)}]"]
-    return options
-
-
-def stage_targets(params: dict, targets: list[str] | None, arms: list[str] | None, seeds: list[int] | None) -> list[str]:
-    """DVC targets: `targets` as given (stage or group names; none: the whole pipeline), with the arm stages
-    narrowed to `arms` (`evaluate` when only arms are given).
-
-    >>> stage_targets({"arms": {"a": {}, "b": {}}, "seeds": [0], "backbones": ["main"]}, None, ["b"], None)
-    ['evaluate@b-0-main']
-    """
-    if not arms:
-        return list(targets or [])
-    known = list(params.get("arms") or {})
-    unknown = [arm for arm in arms if arm not in known]
-    if unknown:
-        raise ValueError(f"unknown arm(s) {unknown}; params.yaml defines: {', '.join(known)}")
-    cells = [(arm, seed, backbone) for arm in arms for seed in (seeds or params["seeds"]) for backbone in params["backbones"]]
-    names = []
-    for target in targets or ["evaluate"]:
-        names += [f"{target}@{a}-{s}-{b}" for a, s, b in cells] if target in ARM_STAGES else [target]
-    return names
-
-
-def dvc_command(params: dict, profile: str | None, arms: list[str] | None, seeds: list[int] | None,
-                targets: list[str] | None, dry_run: bool, single_item: bool = False) -> list[str]:
-    """The dvc arguments (after `dvc`) for one run.
-
-    >>> dvc_command({"profile": "default", "seeds": [0]}, "smoke", None, None, ["compare"], True)
-    ['exp', 'run', '-S', 'profile=smoke', '--dry', 'compare']
-    """
-    options = overrides(params, profile, seeds)
-    verb = ["exp", "run", *options] if options else ["repro"]
-    flags = (["--single-item"] if single_item else []) + (["--dry"] if dry_run else [])
-    return [*verb, *flags, *stage_targets(params, targets, arms, seeds)]
-
-
-def dvc_env() -> dict[str, str]:
-    """The environment of the dvc subprocess: this venv first on PATH (stages run `python -m stages...`),
-    unbuffered Python (lines arrive as they are printed), slower progress bars (fewer log lines)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TQDM_MININTERVAL", "10")
-    return env
-
-
-def stream(argv: list[str], cwd: str | Path, log, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
-    """Run argv in cwd, pass every output line to `log`; return the exit code and the last lines. The child
-    leads its own process group; if we are interrupted (Ctrl-C, a cancelled flow run), the group gets SIGINT as
-    from a terminal (DVC stops the stage; training resumes from its saved state next time), then SIGKILL."""
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
-    try:
-        for line in process.stdout:
-            line = line.rstrip()
-            if line:
-                tail.append(line)
-                log(line)
-        return process.wait(), list(tail)
-    finally:
-        if process.poll() is None:
-            _interrupt(process)
-
-
-def _interrupt(process: subprocess.Popen, grace: float = 60.0) -> None:
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(wait)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @task(cache_policy=NO_CACHE)
-def plan(repo: str, profile: str | None, arms: list[str] | None, seeds: list[int] | None, targets: list[str] | None,
-         dry_run: bool, single_item: bool = False) -> list[str]:
+def plan(
+    repo: str,
+    profile: str | None,
+    arms: list[str] | None,
+    seeds: list[int] | None,
+    targets: list[str] | None,
+    dry_run: bool,
+    single_item: bool = False,
+) -> list[str]:
     """The full dvc command line for this run, checked against params.yaml (unknown arms fail here)."""
-    argv = [sys.executable, "-m", "dvc", *dvc_command(read_params(repo), profile, arms, seeds, targets, dry_run,
-                                                      single_item)]
+    argv = [
+        sys.executable,
+        "-m",
+        "dvc",
+        *dvc_command(read_params(repo), profile, arms, seeds, targets, dry_run, single_item),
+    ]
     get_run_logger().info("in %s: dvc %s", repo, " ".join(argv[3:]))
     return argv
 
@@ -160,8 +57,14 @@ def run_dvc(repo: str, argv: list[str]) -> list[str]:
 
 
 @flow(name="experiment")
-def experiment(profile: str = "default", arms: list[str] | None = None, seeds: list[int] | None = None,
-               targets: list[str] | None = None, dry_run: bool = False, repo: str | None = None) -> list[str]:
+def experiment(
+    profile: str = "default",
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    targets: list[str] | None = None,
+    dry_run: bool = False,
+    repo: str | None = None,
+) -> list[str]:
     """Reproduce the pipeline (or `targets`, DVC stage or group names) with `profile` and `seeds` (None: as
     params.yaml says), only for `arms` when given; `dry_run` prints what would run (`--dry`). Returns the
     last output lines."""
@@ -170,8 +73,13 @@ def experiment(profile: str = "default", arms: list[str] | None = None, seeds: l
 
 
 @flow(name="evaluation")
-def evaluation(profile: str = "default", arms: list[str] | None = None, seeds: list[int] | None = None,
-               dry_run: bool = False, repo: str | None = None) -> list[str]:
+def evaluation(
+    profile: str = "default",
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    dry_run: bool = False,
+    repo: str | None = None,
+) -> list[str]:
     """Evaluation alone: the evaluate and evaluate_reference stages (and compare, unless `arms` narrows the run)
     on the adapters already trained, without reproducing anything upstream (`dvc repro --single-item`)."""
     root = str(Path(repo or REPO).resolve())

@@ -7,7 +7,8 @@
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
   (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one;
 - a known failure (a bad param, bad data, a missing file, a server down, a full disk) prints one line naming
-  what and where, with no traceback, and exits 1; an interrupted stage exits 128 + the signal number;
+  what and where (URL credentials masked), with no traceback, and exits 1; an interrupted stage exits 128 + the signal
+  number;
   anything else is a bug and keeps its traceback.
 """
 
@@ -26,16 +27,26 @@ from centralrl.io import clean_stale_temporaries
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 
 # OSErrors that describe the user's files or machine rather than a bug: reported in one line, naming the path
-USER_OS_ERRORS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
-                  errno.EROFS, errno.EFBIG}
+USER_OS_ERRORS = {
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EFBIG,
+}
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
 def stage_parser(doc: str) -> argparse.ArgumentParser:
     """A parser whose help is the stage module's docstring (first line, then the rest) with `--params` added."""
     first, _, rest = doc.partition("\n")
-    parser = argparse.ArgumentParser(description=first, epilog=rest.strip() or None,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=first, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
     return parser
 
@@ -102,7 +113,8 @@ def _quiet_known_errors_in_prefect_logs() -> None:
 def _drop_known_tracebacks(record) -> bool:
     error = record.exc_info[1] if record.exc_info else None
     if isinstance(error, (CentralRLError, KeyboardInterrupt)) or (
-            isinstance(error, OSError) and error.errno in USER_OS_ERRORS):
+        isinstance(error, OSError) and error.errno in USER_OS_ERRORS
+    ):
         record.exc_info = record.exc_text = None
     return True
 
@@ -116,5 +128,7 @@ def describe_os_error(error: OSError) -> str:
 
 
 def _exit(name: str, message: str, code: int) -> NoReturn:
-    print(f"{name}: {message}", file=sys.stderr, flush=True)
+    from centralrl.redact import redact  # a library's message may quote a URL with its credentials
+
+    print(f"{name}: {redact(message)}", file=sys.stderr, flush=True)
     sys.exit(code)

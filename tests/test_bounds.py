@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from centralrl.config import CorpusSource, DataConfig, QuestionSource
-from centralrl.data.prepare import collect
+from centralrl.data.prepare import collect, counts
 from centralrl.errors import DataError
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import run_central, run_single_agent
@@ -20,37 +20,59 @@ from centralrl.schema import Question
 from test_harness import FROZEN, TOKENS, settings
 
 
-def _collect(tmp_path, questions: list[dict], passages: list[dict] | None = None, **limits) -> None:
+def _collect(tmp_path, questions: list[dict], passages: list[dict] | None = None, **limits):
     write_jsonl(tmp_path / "qa.jsonl", questions)
     corpus = []
     if passages is not None:
         write_jsonl(tmp_path / "corpus.jsonl", passages)
         corpus = [CorpusSource(kind="flashrag_passages", path="corpus.jsonl")]
     source = QuestionSource(kind="qa_jsonl", path="qa.jsonl", benchmark="nq", split="test")
-    collect(DataConfig(root=str(tmp_path), questions=[source], corpus=corpus, **limits))
+    return collect(DataConfig(root=str(tmp_path), questions=[source], corpus=corpus, **limits))
 
 
 def test_an_over_long_question_is_refused_naming_its_id_benchmark_and_file(tmp_path):
-    rows = [{"id": "ok", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
-            {"id": "huge", "question": "w" * 120, "answer": "because"}]
-    with pytest.raises(DataError, match=r"qa\.jsonl: 1 row\(s\) refused: question nq/huge \(nq\) has 120 characters, "
-                                        r"above data\.max_question_chars 100"):
+    rows = [
+        {"id": "ok", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+        {"id": "huge", "question": "w" * 120, "answer": "because"},
+    ]
+    with pytest.raises(
+        DataError,
+        match=r"qa\.jsonl: 1 row\(s\) refused: question nq/huge \(nq\) has 120 characters, "
+        r"above data\.max_question_chars 100",
+    ):
         _collect(tmp_path, rows, max_question_chars=100)
 
 
 def test_an_over_long_passage_is_refused_naming_its_id_and_file(tmp_path):
     rows = [{"id": "q", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}]
     passages = [{"id": "7", "contents": '"Hamlet"\n' + "p" * 160}]
-    with pytest.raises(DataError, match=r"corpus\.jsonl: 1 row\(s\) refused: passage .* \('Hamlet'\) has 160 "
-                                        r"characters, above data\.max_passage_chars 50"):
+    with pytest.raises(
+        DataError,
+        match=r"corpus\.jsonl: 1 row\(s\) refused: passage .* \('Hamlet'\) has 160 "
+        r"characters, above data\.max_passage_chars 50",
+    ):
         _collect(tmp_path, rows, passages, max_passage_chars=50)
 
 
 def test_a_golden_answer_that_normalizes_to_nothing_is_refused(tmp_path):
     rows = [{"id": "blood", "question": "Most common blood type in Sweden?", "answer": ["A+", "AB+"]}]
-    with pytest.raises(DataError, match=r"question nq/blood \(nq\): golden answer 'A\+' normalizes to the empty "
-                                        r"string, so every prediction would match it"):
+    with pytest.raises(
+        DataError,
+        match=r"question nq/blood \(nq\): golden answer 'A\+' normalizes to the empty "
+        r"string, so every prediction would match it",
+    ):
         _collect(tmp_path, rows)
+
+
+def test_with_empty_answers_drop_such_answers_go_and_are_counted(tmp_path):
+    rows = [
+        {"id": "blood", "question": "Most common blood type in Sweden?", "answer": ["A+", "AB+"]},
+        {"id": "dash", "question": "What is the symbol?", "answer": ["---"]},
+        {"id": "ok", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+    ]
+    dataset = _collect(tmp_path, rows, empty_answers="drop")
+    assert {q.id: q.golden_answers for q in dataset.questions} == {"nq/blood": ("AB+",), "nq/ok": ("Shakespeare",)}
+    assert counts(dataset)["golden_answers_dropped_as_empty"] == 2
 
 
 def test_the_default_limits_admit_the_realqa_samples(realqa_dir):

@@ -19,11 +19,16 @@ import pytest
 import yaml
 
 from centralrl import services
-from flows import experiment as experiment_flows
+from centralrl import dvc_runs
 
 REPO = Path(__file__).resolve().parents[1]
-PARAMS = {"profile": "default", "seeds": [0, 1], "backbones": ["main"],
-          "references": {"base": {}, "single_agent": {}}, "arms": {"central_only": {"x": 1}, "joint": {"x": 2}}}
+PARAMS = {
+    "profile": "default",
+    "seeds": [0, 1],
+    "backbones": ["main"],
+    "references": {"base": {}, "single_agent": {}},
+    "arms": {"central_only": {"x": 1}, "joint": {"x": 2}},
+}
 
 
 def need(*names: str) -> None:
@@ -35,8 +40,9 @@ def need(*names: str) -> None:
 
 
 def dvc(cwd: Path, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True,
-                          env=experiment_flows.dvc_env())
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True, env=dvc_runs.dvc_env()
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -45,18 +51,28 @@ def dvc(cwd: Path, *args: str) -> str:
 
 
 def test_dvc_command_uses_repro_unless_params_differ():
-    assert experiment_flows.dvc_command(PARAMS, "default", None, None, None, False) == ["repro"]
-    assert experiment_flows.dvc_command(PARAMS, "default", None, [0, 1], ["build_index"], True) == \
-        ["repro", "--dry", "build_index"]
-    assert experiment_flows.dvc_command(PARAMS, "smoke", ["joint"], [3], None, False) == \
-        ["exp", "run", "-S", "profile=smoke", "-S", "seeds=[3]", "evaluate@joint-3-main"]
+    assert dvc_runs.dvc_command(PARAMS, "default", None, None, None, False) == ["repro"]
+    assert dvc_runs.dvc_command(PARAMS, "default", None, [0, 1], ["build_index"], True) == [
+        "repro",
+        "--dry",
+        "build_index",
+    ]
+    assert dvc_runs.dvc_command(PARAMS, "smoke", ["joint"], [3], None, False) == [
+        "exp",
+        "run",
+        "-S",
+        "profile=smoke",
+        "-S",
+        "seeds=[3]",
+        "evaluate@joint-3-main",
+    ]
 
 
 def test_arms_become_stage_targets_and_unknown_arms_fail():
-    targets = experiment_flows.stage_targets(PARAMS, ["train", "evaluate_reference"], ["central_only"], None)
+    targets = dvc_runs.stage_targets(PARAMS, ["train", "evaluate_reference"], ["central_only"], None)
     assert targets == ["train@central_only-0-main", "train@central_only-1-main", "evaluate_reference"]
     with pytest.raises(ValueError, match="unknown arm.*'centrl_only'.*central_only, joint"):
-        experiment_flows.stage_targets(PARAMS, None, ["centrl_only"], None)
+        dvc_runs.stage_targets(PARAMS, None, ["centrl_only"], None)
 
 
 def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):
@@ -66,20 +82,20 @@ def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
     dvc(tmp_path, "init", "--no-scm", "-q")
     stages = set(dvc(tmp_path, "stage", "list", "--name-only").split())
-    params = experiment_flows.read_params(tmp_path)
+    params = dvc_runs.read_params(tmp_path)
     arms = list(params["arms"])
-    wanted = experiment_flows.stage_targets(params, ["train", "evaluate"], arms, None)
+    wanted = dvc_runs.stage_targets(params, ["train", "evaluate"], arms, None)
     assert len(wanted) == 2 * len(arms) * len(params["seeds"]) * len(params["backbones"])
     assert set(wanted) <= stages, set(wanted) - stages
-    assert set(experiment_flows.EVALUATION_STAGES) <= {name.split("@")[0] for name in stages}
+    assert set(dvc_runs.EVALUATION_STAGES) <= {name.split("@")[0] for name in stages}
 
 
 def test_stream_returns_the_exit_code_and_last_lines(tmp_path):
     lines: list[str] = []
     script = "import sys\nfor i in range(60): print(i)\nsys.exit(3)"
-    code, tail = experiment_flows.stream([sys.executable, "-c", script], tmp_path, lines.append)
+    code, tail = dvc_runs.stream([sys.executable, "-c", script], tmp_path, lines.append)
     assert code == 3 and lines == [str(i) for i in range(60)]
-    assert tail == [str(i) for i in range(60 - experiment_flows.TAIL_LINES, 60)]
+    assert tail == [str(i) for i in range(60 - dvc_runs.TAIL_LINES, 60)]
 
 
 # ---- services: start-up errors -----------------------------------------------------------------------------
@@ -126,12 +142,34 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path):
     import psutil
 
     prefect_port, mlflow_port = services.free_port(), services.free_port()
-    command = [sys.executable, "-m", "centralrl.services", "ui", "--prefect-port", str(prefect_port),
-               "--mlflow-port", str(mlflow_port), "--mlflow-store", f"sqlite:///{tmp_path / 'mlflow.db'}",
-               "--mlflow-artifacts", str(tmp_path / "artifacts"), "--prefect-home", str(tmp_path / "prefect"),
-               "--log-dir", str(tmp_path / "logs"), "--timeout", "90"]
-    ui = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "centralrl.services",
+        "ui",
+        "--prefect-port",
+        str(prefect_port),
+        "--mlflow-port",
+        str(mlflow_port),
+        "--mlflow-store",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--mlflow-artifacts",
+        str(tmp_path / "artifacts"),
+        "--prefect-home",
+        str(tmp_path / "prefect"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--timeout",
+        "90",
+    ]
+    ui = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(ui.stdout, lines), daemon=True).start()
     output, deadline = [], time.monotonic() + 120
@@ -220,8 +258,12 @@ def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
     logs.mkdir()
     server = services.start_prefect(services.free_port(), home, logs)
     worker = None
-    env = os.environ | {"PREFECT_HOME": str(home), "PREFECT_API_URL": f"{server.url}/api",
-                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    env = os.environ | {
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"{server.url}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+    }
     try:
         services.wait_healthy(server, timeout=90)
         cli = [services.executable("prefect"), "--no-prompt"]
@@ -230,8 +272,12 @@ def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
             assert done.returncode == 0, done.stdout + done.stderr
         worker = _start("worker", cli + ["worker", "start", "--pool", "centralrl-local", "--limit", "1"], env, logs)
         with temporary_settings({PREFECT_API_URL: f"{server.url}/api"}):
-            run = run_deployment("evaluation/evaluation", timeout=120, poll_interval=1,
-                                 parameters={"repo": str(tiny_repo), "arms": ["joint"], "dry_run": True})
+            run = run_deployment(
+                "evaluation/evaluation",
+                timeout=120,
+                poll_interval=1,
+                parameters={"repo": str(tiny_repo), "arms": ["joint"], "dry_run": True},
+            )
             assert run.state.is_completed(), f"{run.state}\nworker log:\n{worker.tail(40)}"
             with get_client(sync_client=True) as client:
                 for _ in range(20):  # the flow run's last logs may land a moment after its final state
@@ -241,8 +287,12 @@ def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
                         break
                     time.sleep(0.5)
                 schedule = client.read_deployment_by_name("experiment/experiment").schedules[0]
-            failed = run_deployment("experiment/experiment", timeout=120, poll_interval=1,
-                                    parameters={"repo": str(tiny_repo), "targets": ["no_such_stage"]}).state
+            failed = run_deployment(
+                "experiment/experiment",
+                timeout=120,
+                poll_interval=1,
+                parameters={"repo": str(tiny_repo), "targets": ["no_such_stage"]},
+            ).state
     finally:
         for service in (worker, server):
             if service is not None:

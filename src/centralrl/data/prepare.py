@@ -3,18 +3,20 @@
 Checks that make a dataset trustworthy, each refusing with a message that names the offenders:
 question ids are unique; no evaluation question is also a training question (same id or the same
 normalized text; with `data.train_overlap: drop` the training copies are dropped instead, and counted: open-
-domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one passage id
+domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one
+passage id
 never carries two texts. Inputs are bounded (`check_bounds`, per source, naming the file): no question longer
 than `data.max_question_chars` (it would fill the backbone's context), no passage longer than
 `data.max_passage_chars`, and no golden answer that normalizes to the empty string (every prediction would
-contain it, so Acc would be 1 whatever the answer).
+contain it, so Acc would be 1 whatever the answer); with `data.empty_answers: drop` such answers are dropped
+instead (a question left with none goes too), and counted: NQ-open has a few ('---', ')', '*', 'A+').
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from centralrl.config import CorpusSource, DataConfig, QuestionSource
@@ -28,6 +30,7 @@ class Dataset:
     questions: list[Question]
     passages: list[Passage]
     dropped_overlap: int | None = None  # training questions dropped as copies of evaluation ones (None: refused)
+    dropped_answers: int | None = None  # golden answers dropped as empty after normalization (None: refused)
 
     def split(self, name: str) -> list[Question]:
         return [q for q in self.questions if q.split == name]
@@ -45,7 +48,9 @@ def merge_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
     for passage in (p for group in groups for p in group):
         seen = merged.setdefault(passage.id, passage)
         if seen != passage:
-            raise DataError(f"passage id {passage.id!r} names two different passages ({seen.title!r} and {passage.title!r})")
+            raise DataError(
+                f"passage id {passage.id!r} names two different passages ({seen.title!r} and {passage.title!r})"
+            )
     return list(merged.values())
 
 
@@ -60,8 +65,11 @@ def overlapping_train(questions: list[Question]) -> dict[str, str]:
     evaluation = [q for q in questions if q.split != "train"]
     by_id = {q.id: q.id for q in evaluation}
     by_text = {normalize_answer(q.question): q.id for q in evaluation}
-    return {q.id: by_id.get(q.id) or by_text[normalize_answer(q.question)] for q in questions
-            if q.split == "train" and (q.id in by_id or normalize_answer(q.question) in by_text)}
+    return {
+        q.id: by_id.get(q.id) or by_text[normalize_answer(q.question)]
+        for q in questions
+        if q.split == "train" and (q.id in by_id or normalize_answer(q.question) in by_text)
+    }
 
 
 def check_no_overlap(questions: list[Question]) -> None:
@@ -95,15 +103,39 @@ def _listing(problems: list[str], limit: int = 5) -> str:
 def check_bounds(questions: list[Question], passages: list[Passage], data: DataConfig, origin: str) -> None:
     """Refuse, naming each row and `origin` (its file), an over-long question or passage and a golden answer
     that normalizes to the empty string."""
-    problems = [f"question {q.id} ({q.benchmark}) has {len(q.question)} characters, above data.max_question_chars "
-                f"{data.max_question_chars}" for q in questions if len(q.question) > data.max_question_chars]
-    problems += [f"question {q.id} ({q.benchmark}): golden answer {answer!r} normalizes to the empty string, so "
-                 "every prediction would match it" for q in questions for answer in q.golden_answers
-                 if not normalize_answer(answer)]
-    problems += [f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars "
-                 f"{data.max_passage_chars}" for p in passages if len(p.text) > data.max_passage_chars]
+    problems = [
+        f"question {q.id} ({q.benchmark}) has {len(q.question)} characters, above data.max_question_chars "
+        f"{data.max_question_chars}"
+        for q in questions
+        if len(q.question) > data.max_question_chars
+    ]
+    problems += [
+        f"question {q.id} ({q.benchmark}): golden answer {answer!r} normalizes to the empty string, so "
+        "every prediction would match it (data.empty_answers: drop drops such answers)"
+        for q in questions
+        for answer in q.golden_answers
+        if not normalize_answer(answer)
+    ]
+    problems += [
+        f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars "
+        f"{data.max_passage_chars}"
+        for p in passages
+        if len(p.text) > data.max_passage_chars
+    ]
     if problems:
         raise DataError(f"{origin}: {len(problems)} row(s) refused: {_listing(problems)}")
+
+
+def drop_empty_answers(questions: list[Question]) -> tuple[list[Question], int]:
+    """Drop every golden answer that normalizes to the empty string, and a question left with none; return the
+    questions kept and the number of answers dropped."""
+    kept, dropped = [], 0
+    for q in questions:
+        answers = tuple(a for a in q.golden_answers if normalize_answer(a))
+        dropped += len(q.golden_answers) - len(answers)
+        if answers:
+            kept.append(replace(q, golden_answers=answers))
+    return kept, dropped
 
 
 def _origin(source: QuestionSource | CorpusSource) -> str:
@@ -130,8 +162,12 @@ def collect(data: DataConfig) -> Dataset:
 
     questions: list[Question] = []
     passage_groups: list[list[Passage]] = []
+    dropped_answers = 0 if data.empty_answers == "drop" else None
     for source in data.questions:
         loaded, carried = _load_source(source, data, root)
+        if dropped_answers is not None:
+            loaded, dropped = drop_empty_answers(loaded)
+            dropped_answers += dropped
         check_bounds(loaded, carried, data, _origin(source))
         questions.extend(loaded)
         passage_groups.append(carried)
@@ -147,18 +183,23 @@ def collect(data: DataConfig) -> Dataset:
     check_supporting_ids(questions, passages)
     if not any(q.split == "test" for q in questions):
         raise DataError("no evaluation questions: at least one source must have split 'test'")
-    return Dataset(questions, passages, dropped)
+    return Dataset(questions, passages, dropped, dropped_answers)
 
 
 def counts(dataset: Dataset) -> dict:
     """DVC metrics: questions per split and benchmark (with how many carry evidence), and the corpus size."""
-    table: dict = {split: defaultdict(lambda: {"questions": 0, "with_supporting_passages": 0, "with_decomposition": 0}) for split in SPLITS}
+    table: dict = {
+        split: defaultdict(lambda: {"questions": 0, "with_supporting_passages": 0, "with_decomposition": 0})
+        for split in SPLITS
+    }
     for q in dataset.questions:
         row = table[q.split][q.benchmark]
         row["questions"] += 1
         row["with_supporting_passages"] += bool(q.supporting_passage_ids)
         row["with_decomposition"] += bool(q.decomposition)
     dropped = {} if dataset.dropped_overlap is None else {"train_dropped_as_overlap": dataset.dropped_overlap}
+    if dataset.dropped_answers is not None:
+        dropped["golden_answers_dropped_as_empty"] = dataset.dropped_answers
     return {
         "corpus_passages": len(dataset.passages),
         **dropped,

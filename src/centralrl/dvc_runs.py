@@ -1,0 +1,149 @@
+"""The DVC command lines behind the `experiment` and `evaluation` flows, and running one with its output streamed.
+
+The command: `dvc repro` when params.yaml already says what was asked; `dvc exp run -S profile=... -S
+'seeds=[...]'` when the profile or the seeds differ from params.yaml (an experiment: DVC writes the overrides
+into params.yaml in the workspace and records the run as a git-backed experiment, `dvc exp show`).
+
+Arms are DVC targets, not a params override. `arms` in params.yaml is a dict that is also a matrix axis of
+`train` and `evaluate` and a param of `compare`; overriding it with -S would change the experiment's identity
+(the MLflow parent run, compare's inputs) and silently drop the other arms from dvc.lock's view. Selecting arms
+instead reproduces only `evaluate@<arm>-<seed>-<backbone>` (and what it depends on: data, index, backbone,
+warm start, `train@<arm>-...`) for the given arms. `compare` is left out then, because it reads every arm in
+params.yaml: run it (or the whole pipeline) once all arms are done.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ARM_STAGES = ("train", "evaluate")  # matrix stages over arms x seeds x backbones: <stage>@<arm>-<seed>-<backbone>
+EVALUATION_STAGES = ("evaluate", "evaluate_reference", "compare")
+TAIL_LINES = 40  # the output lines a failed run's error message carries
+
+
+def read_params(repo: str | Path) -> dict:
+    """params.yaml of the repo (the matrix axes live there only; profiles may not set them)."""
+    path = Path(repo) / "params.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: `repo` must be the root of a centralrl checkout")
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def overrides(params: dict, profile: str | None, seeds: list[int] | None) -> list[str]:
+    """The -S options for what differs from params.yaml (none: a plain `dvc repro` suffices).
+
+    >>> overrides({"profile": "default", "seeds": [0, 1]}, "smoke", [0])
+    ['-S', 'profile=smoke', '-S', 'seeds=[0]']
+    >>> overrides({"profile": "default", "seeds": [0, 1]}, "default", [0, 1])
+    []
+    """
+    options = []
+    if profile is not None and profile != params.get("profile"):
+        options += ["-S", f"profile={profile}"]
+    if seeds is not None and list(seeds) != params.get("seeds"):
+        options += ["-S", f"seeds=[{','.join(str(int(s)) for s in seeds)}]"]
+    return options
+
+
+def stage_targets(
+    params: dict, targets: list[str] | None, arms: list[str] | None, seeds: list[int] | None
+) -> list[str]:
+    """DVC targets: `targets` as given (stage or group names; none: the whole pipeline), with the arm stages
+    narrowed to `arms` (`evaluate` when only arms are given).
+
+    >>> stage_targets({"arms": {"a": {}, "b": {}}, "seeds": [0], "backbones": ["main"]}, None, ["b"], None)
+    ['evaluate@b-0-main']
+    """
+    if not arms:
+        return list(targets or [])
+    known = list(params.get("arms") or {})
+    unknown = [arm for arm in arms if arm not in known]
+    if unknown:
+        raise ValueError(f"unknown arm(s) {unknown}; params.yaml defines: {', '.join(known)}")
+    cells = [
+        (arm, seed, backbone)
+        for arm in arms
+        for seed in (seeds or params["seeds"])
+        for backbone in params["backbones"]
+    ]
+    names = []
+    for target in targets or ["evaluate"]:
+        names += [f"{target}@{a}-{s}-{b}" for a, s, b in cells] if target in ARM_STAGES else [target]
+    return names
+
+
+def dvc_command(
+    params: dict,
+    profile: str | None,
+    arms: list[str] | None,
+    seeds: list[int] | None,
+    targets: list[str] | None,
+    dry_run: bool,
+    single_item: bool = False,
+) -> list[str]:
+    """The dvc arguments (after `dvc`) for one run.
+
+    >>> dvc_command({"profile": "default", "seeds": [0]}, "smoke", None, None, ["compare"], True)
+    ['exp', 'run', '-S', 'profile=smoke', '--dry', 'compare']
+    """
+    options = overrides(params, profile, seeds)
+    verb = ["exp", "run", *options] if options else ["repro"]
+    flags = (["--single-item"] if single_item else []) + (["--dry"] if dry_run else [])
+    return [*verb, *flags, *stage_targets(params, targets, arms, seeds)]
+
+
+def dvc_env() -> dict[str, str]:
+    """The environment of the dvc subprocess: this venv first on PATH (stages run `python -m stages...`),
+    unbuffered Python (lines arrive as they are printed), slower progress bars (fewer log lines)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TQDM_MININTERVAL", "10")
+    return env
+
+
+def stream(argv: list[str], cwd: str | Path, log, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    """Run argv in cwd, pass every output line to `log`; return the exit code and the last lines. The child
+    leads its own process group; if we are interrupted (Ctrl-C, a cancelled flow run), the group gets SIGINT as
+    from a terminal (DVC stops the stage; training resumes from its saved state next time), then SIGKILL."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        for line in process.stdout:
+            line = line.rstrip()
+            if line:
+                tail.append(line)
+                log(line)
+        return process.wait(), list(tail)
+    finally:
+        if process.poll() is None:
+            _interrupt(process)
+
+
+def _interrupt(process: subprocess.Popen, grace: float = 60.0) -> None:
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
