@@ -26,7 +26,9 @@ setup: $(STAMP)
 experiment: setup  ## the default experiment, offline: every DVC stage that exists
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
-test: setup  ## the test suite (tiny real runs; about a few minutes on 2 cores)
+test: setup  ## lint and format check (ruff), then the test suite (tiny real runs; a few minutes on 2 cores)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 benchmarks: setup

@@ -32,7 +32,9 @@ def random_corpus(n_passages: int, words_per_passage: int, vocab_size: int, seed
     rng = np.random.default_rng(seed)
     syllables = ["ka", "lo", "mi", "ren", "sa", "tor", "vel", "dun", "osh", "ari", "bel", "quo", "zan", "pel"]
     word_rng = random.Random(seed)
-    vocab = sorted({"".join(word_rng.choices(syllables, k=word_rng.randint(2, 4))) for _ in range(vocab_size * 2)})[:vocab_size]
+    vocab = sorted({"".join(word_rng.choices(syllables, k=word_rng.randint(2, 4))) for _ in range(vocab_size * 2)})[
+        :vocab_size
+    ]
     ranks = np.arange(1, len(vocab) + 1)
     weights = 1.0 / ranks**1.07
     weights /= weights.sum()
@@ -64,8 +66,10 @@ def throughput(args) -> dict:
     build_seconds = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as folder:
         index.save(folder)
-        rates = {backend: queries_per_second(Bm25sIndex.load(folder, backend), queries, args.k, args.repeats)
-                 for backend in ("numpy", "numba")}
+        rates = {
+            backend: queries_per_second(Bm25sIndex.load(folder, backend), queries, args.k, args.repeats)
+            for backend in ("numpy", "numba")
+        }
     return {
         "passages": len(passages),
         "queries": len(queries),

@@ -61,11 +61,24 @@ def raw_generate(policy: RolePolicy, episodes, batch_size: int) -> tuple[int, fl
             batch = calls[start : start + batch_size]
             width = max(len(c.prompt_ids) for c in batch)
             new = max(len(c.completion_ids) for c in batch)
-            ids = torch.tensor([[pad] * (width - len(c.prompt_ids)) + list(c.prompt_ids) for c in batch], device=policy.device)
-            mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(c.prompt_ids) for c in batch])[:, None]).long()
+            ids = torch.tensor(
+                [[pad] * (width - len(c.prompt_ids)) + list(c.prompt_ids) for c in batch], device=policy.device
+            )
+            mask = (
+                torch.arange(width)[None, :] >= torch.tensor([width - len(c.prompt_ids) for c in batch])[:, None]
+            ).long()
             mask = mask.to(policy.device)
-            _, took = timed(lambda: policy.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                                                          min_new_tokens=new, do_sample=True, top_k=0, pad_token_id=pad))
+            _, took = timed(
+                lambda: policy.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=True,
+                    top_k=0,
+                    pad_token_id=pad,
+                )
+            )
             tokens += new * len(batch)
             seconds += took
     return tokens, seconds
@@ -73,8 +86,12 @@ def raw_generate(policy: RolePolicy, episodes, batch_size: int) -> tuple[int, fl
 
 def rates(episodes, n: int, seconds: float) -> dict:
     tokens = generated_tokens(episodes)
-    return {"seconds": round(seconds, 2), "episodes_per_s": round(n / seconds, 4), "generated_tokens": tokens,
-            "tokens_per_s": round(tokens / seconds, 2)}
+    return {
+        "seconds": round(seconds, 2),
+        "episodes_per_s": round(n / seconds, 4),
+        "generated_tokens": tokens,
+        "tokens_per_s": round(tokens / seconds, 2),
+    }
 
 
 def one_engine(policy: RolePolicy, questions, retriever, settings, batch_size: int) -> dict:
@@ -85,9 +102,15 @@ def one_engine(policy: RolePolicy, questions, retriever, settings, batch_size: i
     figures = {
         "batched": rates(batched, len(questions), batched_s),
         "one_at_a_time": rates(single, len(questions), single_s),
-        "raw_generate": {"seconds": round(raw_s, 2), "generated_tokens": raw_tokens, "tokens_per_s": round(raw_tokens / raw_s, 2)},
+        "raw_generate": {
+            "seconds": round(raw_s, 2),
+            "generated_tokens": raw_tokens,
+            "tokens_per_s": round(raw_tokens / raw_s, 2),
+        },
     }
-    figures["batching_speedup_episodes"] = round(figures["batched"]["episodes_per_s"] / figures["one_at_a_time"]["episodes_per_s"], 2)
+    figures["batching_speedup_episodes"] = round(
+        figures["batched"]["episodes_per_s"] / figures["one_at_a_time"]["episodes_per_s"], 2
+    )
     figures["harness_overhead"] = round(batched_s / raw_s, 2)
     return figures
 
@@ -112,10 +135,17 @@ def main() -> None:
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/test.jsonl")
     parser.add_argument("--n", type=int, default=16, help="questions (taken evenly across the file)")
-    parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
-                        help="generation engine of the runner (vllm: the gpu extra, a CUDA GPU; harness.vllm settings)")
-    parser.add_argument("--compare-engines", action="store_true",
-                        help="run the batched runner on both engines, same questions, and report their ratio")
+    parser.add_argument(
+        "--engine",
+        choices=("transformers", "vllm"),
+        default="transformers",
+        help="generation engine of the runner (vllm: the gpu extra, a CUDA GPU; harness.vllm settings)",
+    )
+    parser.add_argument(
+        "--compare-engines",
+        action="store_true",
+        help="run the batched runner on both engines, same questions, and report their ratio",
+    )
     parser.add_argument("--out", default="benchmarks/results/rollout.json")
     args = parser.parse_args()
 
@@ -124,8 +154,12 @@ def main() -> None:
     questions = questions[:: max(1, len(questions) // args.n)][: args.n]
     model, tokenizer = load_model(cfg, args.backbone, args.model)
     engines = ("transformers", "vllm") if args.compare_engines else (args.engine,)
-    policies = {name: open_policy(cfg.harness.model_copy(update={"engine": name}), model, tokenizer,
-                                  adapters_of(model), args.model) for name in engines}
+    policies = {
+        name: open_policy(
+            cfg.harness.model_copy(update={"engine": name}), model, tokenizer, adapters_of(model), args.model
+        )
+        for name in engines
+    }
     retriever = open_retriever(cfg.retrieval, args.index)
     h = cfg.harness
     settings = run_settings(cfg, greedy=False, seed=cfg.seeds[0])
@@ -133,8 +167,11 @@ def main() -> None:
 
     figures = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-                   + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
-        "model": args.model, "questions": len(questions), "batch_size": h.batch_size, "max_turns": h.max_turns,
+        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
+        "model": args.model,
+        "questions": len(questions),
+        "batch_size": h.batch_size,
+        "max_turns": h.max_turns,
         "engine": "both" if args.compare_engines else args.engine,
     }
     if args.compare_engines:

@@ -35,13 +35,15 @@ write_results = task(write_evaluation, name="write_results", cache_policy=NO_CAC
 
 
 @task(cache_policy=NO_CACHE)
-def rollout(questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str,
-            settings: RunSettings) -> list[Episode]:
+def rollout(
+    questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str, settings: RunSettings
+) -> list[Episode]:
     return TOPOLOGIES[topology](questions, policy, retriever, settings)
 
 
-def run_all(cfg: Config, name: str, questions: list[Question], policy: RolePolicy, retriever: Retriever,
-            topology: str) -> list[Episode]:
+def run_all(
+    cfg: Config, name: str, questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str
+) -> list[Episode]:
     settings = run_settings(cfg, greedy=True, seed=0)
     episodes: list[Episode] = []
     for start in tqdm(range(0, len(questions), cfg.evaluate.chunk_size), desc=f"evaluate@{name}", unit="chunk"):
@@ -60,14 +62,24 @@ def log_run(tracker: Tracker, cfg: Config, name: str, tags: dict, result: dict, 
         tracker.log_text((out_dir / "transcripts.md").read_text(encoding="utf-8"), "transcripts.md")
 
 
-def evaluate_one(cfg: Config, name: str, tags: dict, questions: list[Question], policy: RolePolicy, retriever: Retriever,
-                 topology: str, out_dir: Path) -> dict:
+def evaluate_one(
+    cfg: Config,
+    name: str,
+    tags: dict,
+    questions: list[Question],
+    policy: RolePolicy,
+    retriever: Retriever,
+    topology: str,
+    out_dir: Path,
+) -> dict:
     """Roll out, score and write one evaluation; log it with its timing; return {scores, compute}."""
     started = time.perf_counter()
     with policy.clock.phase("evaluation"):
         episodes = run_all(cfg, name, questions, policy, retriever, topology)
-    result = {"scores": write_results(episodes, out_dir, cfg.tracking.transcripts),
-              "compute": compute_spent(episodes, ModelShape.of(policy.model))}
+    result = {
+        "scores": write_results(episodes, out_dir, cfg.tracking.transcripts),
+        "compute": compute_spent(episodes, ModelShape.of(policy.model)),
+    }
     seconds = time.perf_counter() - started
     timing = policy.clock.totals() | peak_memory() | {"accelerator_hours": accelerator_hours(seconds, policy.device)}
     log_run(open_tracker(cfg.tracking), cfg, name, tags, result, timing, out_dir)
@@ -75,9 +87,20 @@ def evaluate_one(cfg: Config, name: str, tags: dict, questions: list[Question], 
 
 
 @flow(name="evaluate-harness")
-def evaluation_flow(params_path: str, backbone: str, model_dir: str, index_dir: str, questions_path: str, out_dir: str,
-                    metrics_path: str, reference: str | None = None, arm: str | None = None, seed: int | None = None,
-                    adapters_dir: str | None = None, budgets_path: str | None = None) -> dict:
+def evaluation_flow(
+    params_path: str,
+    backbone: str,
+    model_dir: str,
+    index_dir: str,
+    questions_path: str,
+    out_dir: str,
+    metrics_path: str,
+    reference: str | None = None,
+    arm: str | None = None,
+    seed: int | None = None,
+    adapters_dir: str | None = None,
+    budgets_path: str | None = None,
+) -> dict:
     """Evaluate `reference`, or every budget cut of (`arm`, `seed`) found in `adapters_dir` / `budgets_path`."""
     cfg = load_config(params_path)
     questions = load_questions(questions_path)
@@ -85,22 +108,43 @@ def evaluation_flow(params_path: str, backbone: str, model_dir: str, index_dir: 
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
         tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
-        result = evaluate_one(cfg, f"{reference}-{backbone}", tags, questions, policy, retriever,
-                              cfg.topology_of(reference), Path(out_dir))
+        result = evaluate_one(
+            cfg,
+            f"{reference}-{backbone}",
+            tags,
+            questions,
+            policy,
+            retriever,
+            cfg.topology_of(reference),
+            Path(out_dir),
+        )
         write_json(metrics_path, result)
         return result
     results = {}
     for step, (first, *same) in cuts_by_step(read_json(budgets_path)).items():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first))
         name = f"{arm}-{seed}-{backbone}"
-        results[first] = evaluate_one(cfg, f"{name}-{first}", cell_tags(cfg, arm=arm, seed=seed, backbone=backbone,
-                                      budget=first, step=step), questions, policy, retriever, cfg.topology_of(arm),
-                                      Path(out_dir) / first)
+        results[first] = evaluate_one(
+            cfg,
+            f"{name}-{first}",
+            cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=first, step=step),
+            questions,
+            policy,
+            retriever,
+            cfg.topology_of(arm),
+            Path(out_dir) / first,
+        )
         for budget in same:  # the same adapters: evaluated once, written and logged as each budget's cell
             results[budget] = results[first]
             copy_evaluation(Path(out_dir) / first, Path(out_dir) / budget)
-            log_run(open_tracker(cfg.tracking), cfg, f"{name}-{budget}", cell_tags(
-                cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step), results[first], {}, Path(out_dir) / budget)
+            log_run(
+                open_tracker(cfg.tracking),
+                cfg,
+                f"{name}-{budget}",
+                cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step),
+                results[first],
+                {},
+                Path(out_dir) / budget,
+            )
     write_json(metrics_path, dict(sorted(results.items())))
     return results
-

@@ -49,7 +49,9 @@ def report(index: Retriever, cfg: RetrievalConfig, question_files: list[str], me
 
 
 @flow(name="build-index")
-def indexing_flow(params_path: str, corpus_path: str, question_files: list[str], index_dir: str, metrics_path: str) -> dict:
+def indexing_flow(
+    params_path: str, corpus_path: str, question_files: list[str], index_dir: str, metrics_path: str
+) -> dict:
     cfg = load_config(params_path).retrieval
     passages = load_corpus(corpus_path)
     index = build(passages, cfg)

@@ -17,16 +17,43 @@ from centralrl.rl.run import PLAIN, Phases, train_cell
 
 def as_tasks(phases: Phases) -> Phases:
     """The same phases, each wrapped as a Prefect task named after it (never cached: every call is new work)."""
-    return Phases(**{f.name: task(getattr(phases, f.name), name=f.name, cache_policy=NO_CACHE)
-                     for f in fields(phases)})
+    return Phases(
+        **{f.name: task(getattr(phases, f.name), name=f.name, cache_policy=NO_CACHE) for f in fields(phases)}
+    )
 
 
 TRACKED = as_tasks(PLAIN)
 
 
 @flow(name="train-arm")
-def training_flow(params_path: str, arm: str, seed: int, backbone: str, model_dir: str, index_dir: str,
-                  train_path: str, adapters_dir: str, budgets_path: str, state_dir: str, history_path: str,
-                  metrics_path: str, entry: str) -> dict:
-    return train_cell(params_path, arm, seed, backbone, model_dir, index_dir, train_path, adapters_dir, budgets_path,
-                      state_dir, history_path, metrics_path, entry, phases=TRACKED)
+def training_flow(
+    params_path: str,
+    arm: str,
+    seed: int,
+    backbone: str,
+    model_dir: str,
+    index_dir: str,
+    train_path: str,
+    adapters_dir: str,
+    budgets_path: str,
+    state_dir: str,
+    history_path: str,
+    metrics_path: str,
+    entry: str,
+) -> dict:
+    return train_cell(
+        params_path,
+        arm,
+        seed,
+        backbone,
+        model_dir,
+        index_dir,
+        train_path,
+        adapters_dir,
+        budgets_path,
+        state_dir,
+        history_path,
+        metrics_path,
+        entry,
+        phases=TRACKED,
+    )

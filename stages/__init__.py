@@ -1,1 +1,2 @@
-"""DVC stages: one importable module per stage, each a thin `main()` that reads params and paths, calls the library, writes files."""
+"""DVC stages: one importable module per stage, each a thin `main()` that reads params and paths, calls the
+library, writes files."""

@@ -35,15 +35,37 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
     """records, reference records, budget cuts and histories, keyed backbone -> arm/reference -> seed -> budget."""
     records, references, cuts, histories = {}, {}, {}, {}
     for b in cfg.backbones:
-        records[b] = {arm: {s: {budget: _rows(Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
-                                              f"evaluate@{arm}-{s}-{b}") for budget in cfg.budgets}
-                            for s in cfg.seeds} for arm in cfg.arms}
-        references[b] = {ref: _rows(Path(args.reference_records.format(backbone=b, reference=ref)), f"evaluate_reference@{ref}-{b}")
-                         for ref in cfg.references}
-        cuts[b] = {arm: {s: _json(Path(args.budgets.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
-                         for s in cfg.seeds} for arm in cfg.arms}
-        histories[b] = {arm: {s: _rows(Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
-                              for s in cfg.seeds} for arm in cfg.arms}
+        records[b] = {
+            arm: {
+                s: {
+                    budget: _rows(
+                        Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
+                        f"evaluate@{arm}-{s}-{b}",
+                    )
+                    for budget in cfg.budgets
+                }
+                for s in cfg.seeds
+            }
+            for arm in cfg.arms
+        }
+        references[b] = {
+            ref: _rows(Path(args.reference_records.format(backbone=b, reference=ref)), f"evaluate_reference@{ref}-{b}")
+            for ref in cfg.references
+        }
+        cuts[b] = {
+            arm: {
+                s: _json(Path(args.budgets.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
+                for s in cfg.seeds
+            }
+            for arm in cfg.arms
+        }
+        histories[b] = {
+            arm: {
+                s: _rows(Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
+                for s in cfg.seeds
+            }
+            for arm in cfg.arms
+        }
     return records, references, cuts, histories
 
 
@@ -67,8 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     with tracker.run("compare", cell_tags(cfg, stage="compare"), parent=cfg):
         for path in sorted(Path(args.report).iterdir()):
             tracker.log_artifact(path)
-    verdicts = {f"{b}/{budget}/{m}": c["claim"][m]["verdict"] for b, bb in result["backbones"].items()
-                for budget, c in bb["budgets"].items() for m in ("f1", "acc")}
+    verdicts = {
+        f"{b}/{budget}/{m}": c["claim"][m]["verdict"]
+        for b, bb in result["backbones"].items()
+        for budget, c in bb["budgets"].items()
+        for m in ("f1", "acc")
+    }
     print(f"compare: {Path(args.report) / 'report.md'}; verdicts {verdicts}")
 
 

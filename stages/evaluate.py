@@ -19,20 +19,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, help="with --arm: the training seed")
     parser.add_argument("--adapters", help="with --arm: input, the cell's adapters, one folder per budget (train)")
     parser.add_argument("--budgets", help="with --arm: input, where each budget cut the run (train)")
-    parser.add_argument("--out", required=True, help="output: records.jsonl and transcripts.md (per budget for an arm)")
-    parser.add_argument("--metrics", required=True, help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)")
+    parser.add_argument(
+        "--out", required=True, help="output: records.jsonl and transcripts.md (per budget for an arm)"
+    )
+    parser.add_argument(
+        "--metrics", required=True, help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)"
+    )
     args = parser.parse_args(argv)
     if args.arm and None in (args.seed, args.adapters, args.budgets):
         parser.error("--arm needs --seed, --adapters and --budgets")
 
     from flows.evaluation import evaluation_flow
 
-    results = evaluation_flow(args.params, args.backbone, args.model, args.index, args.questions, args.out, args.metrics,
-                              reference=args.reference, arm=args.arm, seed=args.seed, adapters_dir=args.adapters,
-                              budgets_path=args.budgets)
+    results = evaluation_flow(
+        args.params,
+        args.backbone,
+        args.model,
+        args.index,
+        args.questions,
+        args.out,
+        args.metrics,
+        reference=args.reference,
+        arm=args.arm,
+        seed=args.seed,
+        adapters_dir=args.adapters,
+        budgets_path=args.budgets,
+    )
     for name, result in ({args.reference: results} if args.reference else results).items():
         macro = result["scores"]["macro"]
-        print(f"evaluate {name}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc {macro['acc']:.4f}")
+        print(
+            f"evaluate {name}: {macro['questions']} questions, macro EM {macro['em']:.4f} F1 {macro['f1']:.4f} Acc "
+            f"{macro['acc']:.4f}"
+        )
 
 
 if __name__ == "__main__":

@@ -30,16 +30,20 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     missing = [check.line() for check in preflight(cfg, Path(args.params).resolve().parent) if not check.ok]
     if missing:
-        raise SystemExit(f"prepare_data: this machine lacks what profile {cfg.profile!r} needs "
-                         f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing))
+        raise SystemExit(
+            f"prepare_data: this machine lacks what profile {cfg.profile!r} needs "
+            f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing)
+        )
     dataset = collect(cfg.data)
     with atomic_files(args.train, args.test, args.corpus, args.metrics) as (train, test, corpus, metrics):
         write_rows(train, (q.to_json() for q in dataset.split("train")), args.train)
         write_rows(test, (q.to_json() for q in dataset.split("test")), args.test)
         write_rows(corpus, (p.to_json() for p in dataset.passages), args.corpus)
         metrics.write(pretty_json(counts(dataset)))
-    print(f"prepare_data: {len(dataset.split('train'))} train, {len(dataset.split('test'))} test questions, "
-          f"{len(dataset.passages)} passages")
+    print(
+        f"prepare_data: {len(dataset.split('train'))} train, {len(dataset.split('test'))} test questions, "
+        f"{len(dataset.passages)} passages"
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> None:
 
     metrics = prepare_backbone(load_config(args.params).backbone(args.backbone), Path(args.out))
     write_json(args.metrics, metrics)
-    print(f"prepare_model: {metrics['source']} backbone, {metrics['parameters']:,} parameters in {metrics['dtype']},"
-          f" vocabulary {metrics['vocab_size']} -> {args.out}")
+    print(
+        f"prepare_model: {metrics['source']} backbone, {metrics['parameters']:,} parameters in {metrics['dtype']},"
+        f" vocabulary {metrics['vocab_size']} -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

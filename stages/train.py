@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index", required=True, help="input: index directory (build_index)")
     parser.add_argument("--train", required=True, help="input: training questions (JSONL)")
     parser.add_argument("--adapters", required=True, help="output: <budget>/<adapter>/ for every budget's cut")
-    parser.add_argument("--budgets", required=True, help="output: where each budget cut the run and what it spent (JSON)")
+    parser.add_argument(
+        "--budgets", required=True, help="output: where each budget cut the run and what it spent (JSON)"
+    )
     parser.add_argument("--history", required=True, help="output: per-step metrics (JSONL)")
     parser.add_argument("--metrics", required=True, help="output: summary of the run (JSON)")
     parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
@@ -37,8 +39,21 @@ def main(argv: list[str] | None = None) -> None:
     from flows.training import training_flow
 
     run = training_flow if World.join(cfg.harness.device, cfg.train.processes).is_main else train_cell
-    summary = run(args.params, args.arm, args.seed, args.backbone, args.model, args.index, args.train,
-                  args.adapters, args.budgets, args.state, args.history, args.metrics, entry=__file__)
+    summary = run(
+        args.params,
+        args.arm,
+        args.seed,
+        args.backbone,
+        args.model,
+        args.index,
+        args.train,
+        args.adapters,
+        args.budgets,
+        args.state,
+        args.history,
+        args.metrics,
+        entry=__file__,
+    )
     print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")
 
 

@@ -1,4 +1,5 @@
-"""Stage `warmstart@<backbone>`: the backbone -> the starting checkpoint every arm shares (optional supervised cold start).
+"""Stage `warmstart@<backbone>`: the backbone -> the starting checkpoint every arm shares (optional supervised cold
+start).
 
 With `warmstart.enabled`, the first `warmstart.questions` training questions that have a decomposition (taken
 round-robin over benchmarks; the synthetic world and MuSiQue provide decompositions) become oracle traces:
@@ -25,20 +26,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index", required=True, help="input: index directory (build_index); unused when disabled")
     parser.add_argument("--train", required=True, help="input: training questions (JSONL); unused when disabled")
     parser.add_argument("--out", required=True, help="output: the starting checkpoint directory (backbone layout)")
-    parser.add_argument("--metrics", required=True, help="output: questions, traces, trained tokens, losses, "
-                        "content hash (JSON)")
+    parser.add_argument(
+        "--metrics", required=True, help="output: questions, traces, trained tokens, losses, content hash (JSON)"
+    )
     args = parser.parse_args(argv)
 
     from centralrl.rl.warmstart import warmstart
 
-    metrics = warmstart(load_config(args.params), args.backbone, Path(args.model), Path(args.index), Path(args.train), Path(args.out),
-                        log=print)
+    metrics = warmstart(
+        load_config(args.params),
+        args.backbone,
+        Path(args.model),
+        Path(args.index),
+        Path(args.train),
+        Path(args.out),
+        log=print,
+    )
     # wall-clock time is printed, not written: a DVC metrics file must be the same bytes on every rerun
     write_json(args.metrics, {key: value for key, value in metrics.items() if key != "seconds"})
     if metrics["enabled"]:
-        print(f"warmstart: {metrics['questions']} questions, {metrics['traces']} traces, {metrics['trained_tokens']} "
-              f"trained tokens, loss {metrics['first_loss']:.3f} -> {metrics['last_loss']:.3f} in "
-              f"{metrics['seconds']:.0f}s -> {args.out}")
+        print(
+            f"warmstart: {metrics['questions']} questions, {metrics['traces']} traces, {metrics['trained_tokens']} "
+            f"trained tokens, loss {metrics['first_loss']:.3f} -> {metrics['last_loss']:.3f} in "
+            f"{metrics['seconds']:.0f}s -> {args.out}"
+        )
     else:
         print(f"warmstart: disabled, backbone copied unchanged -> {args.out}")
 

@@ -46,7 +46,9 @@ def write_params(folder: Path, overrides: dict | None = None, profile: str = "sm
     overlay = folder / "profiles" / f"{profile}.yaml"
     in_profile = {k: v for k, v in (overrides or {}).items() if k not in MATRIX_AXES}  # axes live in params.yaml only
     if in_profile and overlay.is_file():  # the profile wins over params.yaml, so the overrides go there too
-        overlay.write_text(yaml.safe_dump(deep_merge(yaml.safe_load(overlay.read_text()) or {}, in_profile), sort_keys=False))
+        overlay.write_text(
+            yaml.safe_dump(deep_merge(yaml.safe_load(overlay.read_text()) or {}, in_profile), sort_keys=False)
+        )
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -100,8 +102,10 @@ def toy_questions(tokenizer, n: int = 16) -> list:
 
     words = {normalize_answer(tokenizer.decode([i])) for i in range(len(tokenizer))}
     first_half = tuple(sorted(w for w in words if w.isalpha() and w[0] < "n"))
-    return [Question(f"toy/{i}", f"Name a word from the first half of the alphabet ({i}).", first_half, "toy", "train")
-            for i in range(n)]
+    return [
+        Question(f"toy/{i}", f"Name a word from the first half of the alphabet ({i}).", first_half, "toy", "train")
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -115,9 +119,23 @@ def smoke_run(tmp_path_factory, prefect_server):
     folder = tmp_path_factory.mktemp("smoke")
     params = write_params(folder, {"tracking": {"uri": f"sqlite:///{folder}/mlflow.db"}, **TOY})
     data = {name: folder / f"{name}.jsonl" for name in ("train", "test", "corpus")}
-    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={folder}/d.json"])
-    build_index.main(["--params", str(params), "--corpus", str(data["corpus"]), "--questions", str(data["test"]),
-                      "--index", str(folder / "index"), "--metrics", str(folder / "r.json")])
+    prepare_data.main(
+        ["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={folder}/d.json"]
+    )
+    build_index.main(
+        [
+            "--params",
+            str(params),
+            "--corpus",
+            str(data["corpus"]),
+            "--questions",
+            str(data["test"]),
+            "--index",
+            str(folder / "index"),
+            "--metrics",
+            str(folder / "r.json"),
+        ]
+    )
     prepare_backbone(load_config(params).backbone("main"), folder / "start")
     data["train"] = folder / "toy.jsonl"
     write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(folder / "start")[1])))

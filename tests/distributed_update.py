@@ -17,14 +17,22 @@ from centralrl.rl.trainer import Sample, loss_denominator, update
 
 # The first process gets central and conclusion calls, the second retrieval and central ones: each process
 # leaves an adapter the other trains without a gradient.
-PLAN = [("central", 12, 0.5), ("central", 9, -1.0), ("conclusion", 7, 1.5),
-        ("retrieval", 11, -0.5), ("retrieval", 8, 1.0), ("central", 10, 0.25)]
+PLAN = [
+    ("central", 12, 0.5),
+    ("central", 9, -1.0),
+    ("conclusion", 7, 1.5),
+    ("retrieval", 11, -0.5),
+    ("retrieval", 8, 1.0),
+    ("central", 10, 0.25),
+]
 
 
 def fixed_samples(vocab: int) -> list[Sample]:
     rng = random.Random(0)
-    return [Sample(adapter, tuple(rng.randrange(vocab) for _ in range(length)), length // 2, advantage)
-            for adapter, length, advantage in PLAN]
+    return [
+        Sample(adapter, tuple(rng.randrange(vocab) for _ in range(length)), length // 2, advantage)
+        for adapter, length, advantage in PLAN
+    ]
 
 
 def summed_gradients(backbone: Path, world: World) -> dict[str, torch.Tensor]:

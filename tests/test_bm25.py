@@ -81,9 +81,18 @@ def test_empty_corpus_is_refused():
 def test_recall_table_hand_computed(index):
     questions = [
         # both gold passages share terms with the question: top-1 holds one of two -> recall@1 = 0.5
-        Question("q1", "Where was the director of The Ember Gate born?", ("Telmarra",), "b1", "test", ("p3", "p2"),
-                 (SubQuestion("Who directed The Ember Gate?", "Varnel Okosi", ("p3",)),
-                  SubQuestion("Where was Varnel Okosi born?", "Telmarra", ("p2",)))),
+        Question(
+            "q1",
+            "Where was the director of The Ember Gate born?",
+            ("Telmarra",),
+            "b1",
+            "test",
+            ("p3", "p2"),
+            (
+                SubQuestion("Who directed The Ember Gate?", "Varnel Okosi", ("p3",)),
+                SubQuestion("Where was Varnel Okosi born?", "Telmarra", ("p2",)),
+            ),
+        ),
         # gold p1 only: 'capital' is only in p4, so recall@1 = 0; 'Oshvania' reaches p1 within the top 3
         Question("q2", "What is the capital of Oshvania?", ("Brelm",), "b1", "test", ("p1",)),
         Question("q3", "No evidence here?", ("x",), "b2", "test"),

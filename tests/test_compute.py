@@ -35,8 +35,13 @@ def test_model_shape_of_qwen2_and_its_lora_wrapper():
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        vocab_size=100,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
     model = transformers.Qwen2ForCausalLM(config)
     # per layer: q 16*16=256, k 16*8=128, v 128, o 256, gate 512, up 512, down 512 = 2304
@@ -59,7 +64,10 @@ def test_phase_clock():
             pass
     totals = clock.totals()
     assert list(totals) == [
-        "generation_seconds", "generation_cpu_seconds", "retrieval_seconds", "retrieval_cpu_seconds",
+        "generation_seconds",
+        "generation_cpu_seconds",
+        "retrieval_seconds",
+        "retrieval_cpu_seconds",
     ]
     assert totals["retrieval_seconds"] >= 0.02
     assert totals["generation_seconds"] >= 0.01

@@ -88,7 +88,9 @@ def test_a_profile_may_not_set_a_matrix_axis(tmp_path):
 
 def test_budget_sets_exactly_one_limit(tmp_path):
     params = write_params(tmp_path, {"budgets": {"both": {"steps": 2, "flops": 1.0e9}}})
-    with pytest.raises(ConfigError, match=r"budgets\.both: a budget sets exactly one of steps, trained_tokens, flops, wall_seconds"):
+    with pytest.raises(
+        ConfigError, match=r"budgets\.both: a budget sets exactly one of steps, trained_tokens, flops, wall_seconds"
+    ):
         load_config(params)
 
 

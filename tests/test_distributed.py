@@ -84,12 +84,36 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     from test_training import _outputs
 
     folder, _, data = smoke_run
-    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
-                                     "train": {**TOY["train"], "processes": 2}, "budgets": {"two_steps": {"steps": 2}}})
+    params = write_params(
+        tmp_path,
+        {
+            "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"},
+            **TOY,
+            "train": {**TOY["train"], "processes": 2},
+            "budgets": {"two_steps": {"steps": 2}},
+        },
+    )
     outputs = _outputs(tmp_path, "joint")
-    command = [sys.executable, "-m", "stages.train", "--params", str(params), "--arm", "joint", "--seed", "0",
-               "--backbone", "main", "--model", str(folder / "start"), "--index", str(folder / "index"),
-               "--train", str(data["train"]), *[f"--{k}={v}" for k, v in outputs.items()]]
+    command = [
+        sys.executable,
+        "-m",
+        "stages.train",
+        "--params",
+        str(params),
+        "--arm",
+        "joint",
+        "--seed",
+        "0",
+        "--backbone",
+        "main",
+        "--model",
+        str(folder / "start"),
+        "--index",
+        str(folder / "index"),
+        "--train",
+        str(data["train"]),
+        *[f"--{k}={v}" for k, v in outputs.items()],
+    ]
     done = _accelerate(command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout

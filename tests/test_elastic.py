@@ -1,4 +1,5 @@
-"""The Elasticsearch backend, run with the official client against an HTTP double of Elasticsearch (no cluster here)."""
+"""The Elasticsearch backend, run with the official client against an HTTP double of Elasticsearch (no cluster
+here)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,15 @@ import pytest
 from centralrl.config import load_config
 from centralrl.distributed import launch_command
 from centralrl.errors import ConfigError, DataError, OutputError
-from centralrl.io import (atomic_directory, atomic_files, clean_stale_temporaries, read_jsonl, write_json, write_jsonl,
-                          write_rows)
+from centralrl.io import (
+    atomic_directory,
+    atomic_files,
+    clean_stale_temporaries,
+    read_jsonl,
+    write_json,
+    write_jsonl,
+    write_rows,
+)
 from conftest import REPO, write_params
 
 STAGE = """
@@ -55,8 +62,21 @@ def stage(tmp_path) -> Path:
 
 def test_a_param_no_stage_reads_is_refused_by_every_stage_in_one_message(tmp_path):
     params = write_params(tmp_path, {"data": {"synthetic": {"n_people": -1}}})  # prepare_model does not track data
-    done = run(["-m", "stages.prepare_model", "--params", str(params), "--backbone", "main",
-                "--out", str(tmp_path / "m"), "--metrics", str(tmp_path / "m.json")], REPO)
+    done = run(
+        [
+            "-m",
+            "stages.prepare_model",
+            "--params",
+            str(params),
+            "--backbone",
+            "main",
+            "--out",
+            str(tmp_path / "m"),
+            "--metrics",
+            str(tmp_path / "m.json"),
+        ],
+        REPO,
+    )
     assert done.returncode == 1
     assert "data.synthetic.n_people" in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.startswith("prepare_model: error: invalid params")
@@ -64,8 +84,10 @@ def test_a_param_no_stage_reads_is_refused_by_every_stage_in_one_message(tmp_pat
 
 def test_a_missing_input_is_one_line_naming_it(stage):
     done = run(["tiny_stage.py", "missing", str(stage / "nowhere.jsonl")], stage)
-    assert (done.returncode, done.stderr) == (1, f"tiny_stage: error: {stage / 'nowhere.jsonl'}: No such file or "
-                                                 "directory\n")
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"tiny_stage: error: {stage / 'nowhere.jsonl'}: No such file or directory\n",
+    )
 
 
 def test_a_full_disk_names_the_output_and_keeps_the_previous_one(stage):
@@ -134,11 +156,14 @@ def test_undecodable_and_surrogate_lines_name_file_and_line(tmp_path):
         list(read_jsonl(escaped))
 
 
-@pytest.mark.parametrize("overrides, both", [
-    ({"train": {"grpo": {"questions_per_step": 40}}}, ["questions_per_step (40)", "36 training questions"]),
-    ({"budgets": {"far": {"steps": 5}}}, ["{'far': 5}", "train.grpo.steps (2)"]),
-    ({"train": {"grpo": {"warmup_steps": 3}}}, ["warmup_steps (3)", "train.grpo.steps (2)"]),
-])
+@pytest.mark.parametrize(
+    "overrides, both",
+    [
+        ({"train": {"grpo": {"questions_per_step": 40}}}, ["questions_per_step (40)", "36 training questions"]),
+        ({"budgets": {"far": {"steps": 5}}}, ["{'far': 5}", "train.grpo.steps (2)"]),
+        ({"train": {"grpo": {"warmup_steps": 3}}}, ["warmup_steps (3)", "train.grpo.steps (2)"]),
+    ],
+)
 def test_cross_field_params_fail_at_load_naming_both_values(tmp_path, overrides, both):
     with pytest.raises(ConfigError) as error:
         load_config(write_params(tmp_path, overrides))  # smoke: 6 training questions x 6 types

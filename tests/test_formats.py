@@ -77,9 +77,13 @@ def test_real_question_files_load_whole(realqa, kind, path, source_filter, n_que
         assert all(q.supporting_passage_ids for q in questions)
 
 
-@pytest.mark.parametrize(("path", "n_supporting"), [
-    ("hotpotqa/hotpotqa_dev_distractor_100_reflexion.json", 200), ("hotpotqa/hotpotqa_train_100_hipporag.json", 200),
-])
+@pytest.mark.parametrize(
+    ("path", "n_supporting"),
+    [
+        ("hotpotqa/hotpotqa_dev_distractor_100_reflexion.json", 200),
+        ("hotpotqa/hotpotqa_train_100_hipporag.json", 200),
+    ],
+)
 def test_real_hotpotqa_supporting_paragraphs_are_the_titled_context(realqa, path, n_supporting):
     questions, passages = load_questions(source("hotpotqa", path), realqa)
     raw = json.loads((realqa / path).read_text(encoding="utf-8"))
@@ -102,7 +106,9 @@ def test_real_hotpotqa_train_supporting_passages_are_in_hipporag_corpus(realqa):
 
 
 def test_real_hotpotqa_paragraph_text_is_the_concatenated_sentences(realqa):
-    questions, passages = load_questions(source("hotpotqa", "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json"), realqa)
+    questions, passages = load_questions(
+        source("hotpotqa", "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json"), realqa
+    )
     raw = json.loads((realqa / "hotpotqa/hotpotqa_dev_distractor_100_reflexion.json").read_text(encoding="utf-8"))
     title, sentences = raw[0]["context"][1]
     assert title == "VIVA Poland"
@@ -128,11 +134,16 @@ def test_real_musique_first_row(realqa):
     first = questions[0]
     assert first.id == "bench/2hop__82713_84616"
     assert first.golden_answers == (
-        "for Best Performance by a Leading Actress in a Play in Ondine", "leading role", "star", "leading actress", "lead",
+        "for Best Performance by a Leading Actress in a Play in Ondine",
+        "leading role",
+        "star",
+        "leading actress",
+        "lead",
     )
     by_id = {p.id: p for p in passages}
     assert [by_id[s.passage_ids[0]].title for s in first.decomposition] == [
-        "My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn",
+        "My Fair Lady (film)",
+        "List of awards and honours received by Audrey Hepburn",
     ]
     assert first.decomposition[0].answer == "Audrey Hepburn"
 
@@ -140,7 +151,9 @@ def test_real_musique_first_row(realqa):
 def test_real_musique_train_supporting_passages_are_in_hipporag_corpus(realqa):
     train = source("musique", "musique/musique_ans_train_100_hipporag.json", split="train")
     questions, carried = load_questions(train, realqa)
-    corpus_ids = {p.id for p in corpus("title_text_list", "musique/musique_ans_train_100_corpus_hipporag.json", realqa)}
+    corpus_ids = {
+        p.id for p in corpus("title_text_list", "musique/musique_ans_train_100_corpus_hipporag.json", realqa)
+    }
     supporting = [pid for q in questions for pid in q.supporting_passage_ids]
     assert (len(supporting), len(set(supporting))) == (237, 234)  # a few paragraphs support two questions
     assert set(supporting) <= corpus_ids
@@ -173,7 +186,9 @@ def test_real_nq_open_ids_are_row_numbers(realqa):
 
 
 def test_real_deepresearcher_tq_rows_are_triviaqa(realqa):
-    questions, _ = load_questions(source("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", source_filter="tq"), realqa)
+    questions, _ = load_questions(
+        source("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", source_filter="tq"), realqa
+    )
     assert all(q.id.startswith("bench/tq_") for q in questions)
     first = questions[0]
     assert first.id == "bench/tq_bt_3133"
@@ -220,10 +235,13 @@ def test_real_kilt_pages_become_clean_passages_of_about_100_words(realqa):
 
 
 def test_flashrag_jsonl(tmp_path):
-    path = write_jsonl(tmp_path / "nq.jsonl", [
-        {"id": "test_0", "question": " Who? ", "golden_answers": ["A", "A", 1990], "metadata": {}},
-        {"id": "test_1", "question": "What?", "golden_answers": ["B"], "metadata": {"x": 1}},
-    ])
+    path = write_jsonl(
+        tmp_path / "nq.jsonl",
+        [
+            {"id": "test_0", "question": " Who? ", "golden_answers": ["A", "A", 1990], "metadata": {}},
+            {"id": "test_1", "question": "What?", "golden_answers": ["B"], "metadata": {"x": 1}},
+        ],
+    )
     questions, passages = load_questions(source("flashrag_jsonl", path, benchmark="nq", split="train"), tmp_path)
     assert [q.id for q in questions] == ["nq/test_0", "nq/test_1"]
     assert questions[0].question == "Who?"
@@ -238,14 +256,19 @@ def test_nq_open(tmp_path):
 
 
 def test_qa_jsonl_answer_fields_and_ids(tmp_path):
-    path = write_jsonl(tmp_path / "qa.jsonl", [
-        {"idx": 7, "question": "q0", "answer": "one"},
-        {"_id": "h1", "question": "q1", "answers": ["two", "2"]},
-        {"question": "q2", "golden_answers": [3]},
-    ])
+    path = write_jsonl(
+        tmp_path / "qa.jsonl",
+        [
+            {"idx": 7, "question": "q0", "answer": "one"},
+            {"_id": "h1", "question": "q1", "answers": ["two", "2"]},
+            {"question": "q2", "golden_answers": [3]},
+        ],
+    )
     questions, _ = load_questions(source("qa_jsonl", path), tmp_path)
     assert [(q.id, q.golden_answers) for q in questions] == [
-        ("bench/7", ("one",)), ("bench/h1", ("two", "2")), ("bench/2", ("3",)),
+        ("bench/7", ("one",)),
+        ("bench/h1", ("two", "2")),
+        ("bench/2", ("3",)),
     ]
 
 
@@ -261,10 +284,16 @@ def test_qa_jsonl_source_filter(tmp_path):
 
 def hotpot_row(qid: str = "h0") -> dict:
     return {
-        "_id": qid, "question": "Which?", "answer": "Yes", "type": "comparison", "level": "hard",
+        "_id": qid,
+        "question": "Which?",
+        "answer": "Yes",
+        "type": "comparison",
+        "level": "hard",
         "supporting_facts": [["Alpha", 0], ["Beta", 1], ["Beta", 0]],
         "context": [
-            ["Alpha", ["Alpha is a thing.", " It is old."]], ["Gamma", ["Gamma."]], ["Beta", ["Beta one.", " Beta two."]],
+            ["Alpha", ["Alpha is a thing.", " It is old."]],
+            ["Gamma", ["Gamma."]],
+            ["Beta", ["Beta one.", " Beta two."]],
         ],
     }
 
@@ -274,7 +303,9 @@ def test_hotpotqa(tmp_path):
     questions, passages = load_questions(source("hotpotqa", path), tmp_path)
     assert [q.id for q in questions] == ["bench/h0", "bench/h1"]
     assert [(p.title, p.text) for p in passages] == [
-        ("Alpha", "Alpha is a thing. It is old."), ("Gamma", "Gamma."), ("Beta", "Beta one. Beta two."),
+        ("Alpha", "Alpha is a thing. It is old."),
+        ("Gamma", "Gamma."),
+        ("Beta", "Beta one. Beta two."),
     ]
     assert questions[0].supporting_passage_ids == (passages[0].id, passages[2].id)
 
@@ -289,10 +320,20 @@ def test_hotpotqa_supporting_title_outside_context(tmp_path):
 
 
 def test_2wikimultihopqa_both_layouts(tmp_path):
-    official = {"_id": "w0", "question": "Who?", "answer": "X", "supporting_facts": [["T1", 0]],
-                "context": [["T1", ["First sentence.", "Second sentence."]], ["T2", ["Other."]]]}
-    variant = {"_id": "w1", "question": "Who?", "answer": "X", "supporting_facts": [["T1", 0]],
-               "context": [{"title": "T1", "text": "First sentence. Second sentence."}, {"title": "T3", "text": "More."}]}
+    official = {
+        "_id": "w0",
+        "question": "Who?",
+        "answer": "X",
+        "supporting_facts": [["T1", 0]],
+        "context": [["T1", ["First sentence.", "Second sentence."]], ["T2", ["Other."]]],
+    }
+    variant = {
+        "_id": "w1",
+        "question": "Who?",
+        "answer": "X",
+        "supporting_facts": [["T1", 0]],
+        "context": [{"title": "T1", "text": "First sentence. Second sentence."}, {"title": "T3", "text": "More."}],
+    }
     write_json(tmp_path / "dev.json", [official])
     write_jsonl(tmp_path / "dev.jsonl", [variant])
     q_official, p_official = load_questions(source("2wikimultihopqa", "dev.json"), tmp_path)
@@ -304,8 +345,11 @@ def test_2wikimultihopqa_both_layouts(tmp_path):
 
 def musique_row(qid: str = "2hop__1_2", answerable: bool = True) -> dict:
     return {
-        "id": qid, "question": "Where was the author of B born?", "answerable": answerable,
-        "answer": "Paris", "answer_aliases": ["Paris", "City of Light"],
+        "id": qid,
+        "question": "Where was the author of B born?",
+        "answerable": answerable,
+        "answer": "Paris",
+        "answer_aliases": ["Paris", "City of Light"],
         "paragraphs": [
             {"idx": 0, "title": "Noise", "paragraph_text": "Unrelated.", "is_supporting": False},
             {"idx": 1, "title": "B", "paragraph_text": "B was written by C.", "is_supporting": True},
@@ -326,7 +370,8 @@ def test_musique(tmp_path):
     assert len(passages) == 3
     assert question.supporting_passage_ids == (passages[1].id, passages[2].id)
     assert [(s.question, s.answer, s.passage_ids) for s in question.decomposition] == [
-        ("who wrote B", "C", (passages[1].id,)), ("where was #1 born", "Paris", (passages[2].id,)),
+        ("who wrote B", "C", (passages[1].id,)),
+        ("where was #1 born", "Paris", (passages[2].id,)),
     ]
 
 
@@ -338,30 +383,44 @@ def test_musique_unanswerable_is_an_error(tmp_path):
 
 def test_popqa(tmp_path):
     rows = [
-        {"id": 11, "question": "What is X's occupation?", "possible_answers": '["actor", "actress", "actor"]',
-         "paragraphs": [{"title": "X", "text": "X is an actor.", "is_supporting": True},
-                        {"title": "Y", "text": "Y.", "is_supporting": False}]},
+        {
+            "id": 11,
+            "question": "What is X's occupation?",
+            "possible_answers": '["actor", "actress", "actor"]',
+            "paragraphs": [
+                {"title": "X", "text": "X is an actor.", "is_supporting": True},
+                {"title": "Y", "text": "Y.", "is_supporting": False},
+            ],
+        },
         {"question": "Where is Z?", "possible_answers": '["Z town"]'},
     ]
     path = write_json(tmp_path / "popqa.json", rows)
     questions, passages = load_questions(source("popqa", path), tmp_path)
-    assert [(q.id, q.golden_answers) for q in questions] == [("bench/11", ("actor", "actress")), ("bench/1", ("Z town",))]
+    assert [(q.id, q.golden_answers) for q in questions] == [
+        ("bench/11", ("actor", "actress")),
+        ("bench/1", ("Z town",)),
+    ]
     assert questions[0].supporting_passage_ids == (passages[0].id,) and len(passages) == 2
     assert questions[1].supporting_passage_ids == ()
 
 
 def test_popqa_tsv(tmp_path):
-    (tmp_path / "popQA.tsv").write_text(
-        'id\tquestion\tpossible_answers\n5\tWho is A?\t["a", "b"]\n', encoding="utf-8"
-    )
+    (tmp_path / "popQA.tsv").write_text('id\tquestion\tpossible_answers\n5\tWho is A?\t["a", "b"]\n', encoding="utf-8")
     questions, _ = load_questions(source("popqa", "popQA.tsv"), tmp_path)
     assert [(q.id, q.golden_answers) for q in questions] == [("bench/5", ("a", "b"))]
 
 
 def test_popqa_malformed_possible_answers(tmp_path):
-    path = write_json(tmp_path / "popqa.json", [{"id": 1, "question": "q", "possible_answers": '["a"]'},
-                                                {"id": 42, "question": "q", "possible_answers": '["a", '}])
-    with pytest.raises(DataError, match=r"popqa\.json row 1 \(id 42\): field 'possible_answers' is not a JSON-encoded list"):
+    path = write_json(
+        tmp_path / "popqa.json",
+        [
+            {"id": 1, "question": "q", "possible_answers": '["a"]'},
+            {"id": 42, "question": "q", "possible_answers": '["a", '},
+        ],
+    )
+    with pytest.raises(
+        DataError, match=r"popqa\.json row 1 \(id 42\): field 'possible_answers' is not a JSON-encoded list"
+    ):
         load_questions(source("popqa", path), tmp_path)
 
 
@@ -382,8 +441,12 @@ def write_searchr1_parquet(path: Path, with_flashrag_columns: bool) -> Path:
         "extra_info": [{"split": "test", "index": i} for i in range(2)],
     }
     if with_flashrag_columns:
-        columns = {"id": ["test_0", "test_1"], "question": ["Who wrote X?", "When was Y?"],
-                   "golden_answers": [["Ann"], ["1990"]], **columns}
+        columns = {
+            "id": ["test_0", "test_1"],
+            "question": ["Who wrote X?", "When was Y?"],
+            "golden_answers": [["Ann"], ["1990"]],
+            **columns,
+        }
     pq.write_table(pa.table(columns), path)
     return path
 
@@ -392,7 +455,8 @@ def test_searchr1_parquet_prefers_flashrag_columns(tmp_path):
     path = write_searchr1_parquet(tmp_path / "test.parquet", with_flashrag_columns=True)
     questions, passages = load_questions(source("searchr1_parquet", path, benchmark="nq"), tmp_path)
     assert [(q.id, q.question, q.golden_answers) for q in questions] == [
-        ("nq/test_0", "Who wrote X?", ("Ann",)), ("nq/test_1", "When was Y?", ("1990",)),
+        ("nq/test_0", "Who wrote X?", ("Ann",)),
+        ("nq/test_1", "When was Y?", ("1990",)),
     ]
     assert passages == []
 
@@ -404,7 +468,8 @@ def test_searchr1_parquet_falls_back_to_prompt_and_target(tmp_path):
 
 
 def flashrag_hub_folder(folder: Path) -> Path:
-    """A local folder laid out like RUC-NLPIR/FlashRAG_datasets: README.md `configs:` header + <config>/<split>.jsonl."""
+    """A local folder laid out like RUC-NLPIR/FlashRAG_datasets: README.md `configs:` header +
+    <config>/<split>.jsonl."""
     (folder / "nq").mkdir(parents=True)
     (folder / "hotpotqa").mkdir()
     (folder / "README.md").write_text(
@@ -415,8 +480,18 @@ def flashrag_hub_folder(folder: Path) -> Path:
         "---\n# FlashRAG datasets (local copy)\n",
         encoding="utf-8",
     )
-    rows = lambda split, n: [{"id": f"{split}_{i}", "question": f"{split} q{i}?", "golden_answers": [f"a{i}", f"b{i}"],
-                              "metadata": {"n": i}} for i in range(n)]
+
+    def rows(split, n):
+        return [
+            {
+                "id": f"{split}_{i}",
+                "question": f"{split} q{i}?",
+                "golden_answers": [f"a{i}", f"b{i}"],
+                "metadata": {"n": i},
+            }
+            for i in range(n)
+        ]
+
     write_jsonl(folder / "nq" / "test.jsonl", rows("test", 3))
     write_jsonl(folder / "nq" / "train.jsonl", rows("train", 5))
     write_jsonl(folder / "hotpotqa" / "dev.jsonl", rows("dev", 2))
@@ -439,8 +514,14 @@ def test_hf_dataset_from_local_hub_layout(hub_folder, tmp_path):
         ("nq/test_2", "test q2?", ("a2", "b2")),
     ]
     assert passages == []
-    hotpot = source("hf_dataset", benchmark="hotpotqa", dataset_id="FlashRAG_datasets", dataset_config="hotpotqa",
-                    dataset_split="dev", limit=1)  # relative to root
+    hotpot = source(
+        "hf_dataset",
+        benchmark="hotpotqa",
+        dataset_id="FlashRAG_datasets",
+        dataset_config="hotpotqa",
+        dataset_split="dev",
+        limit=1,
+    )  # relative to root
     assert [q.id for q in load_questions(hotpot, tmp_path)[0]] == ["hotpotqa/dev_0"]
 
 
@@ -469,18 +550,27 @@ def test_malformed_json_file_names_file_and_line(tmp_path):
         load_questions(source("hotpotqa", path), tmp_path)
 
 
-@pytest.mark.parametrize(("kind", "row", "field", "where"), [
-    ("flashrag_jsonl", {"id": "test_3", "golden_answers": ["a"]}, "question", "(id test_3)"),
-    ("flashrag_jsonl", {"id": "test_3", "question": "q"}, "golden_answers", "(id test_3)"),
-    ("hotpotqa", {"_id": "h9", "question": "q", "answer": "a", "supporting_facts": []}, "context", "(id h9)"),
-    ("musique", {"id": "m9", "question": "q", "answer": "a", "paragraphs": [{"idx": 0, "title": "T"}]},
-     "paragraph_text", "(id m9) paragraphs[0]"),
-    ("popqa", {"id": 9, "question": "q"}, "possible_answers", "(id 9)"),
-    ("nq_open", {"answer": ["a"]}, "question", ":2 (id 1)"),
-])
+@pytest.mark.parametrize(
+    ("kind", "row", "field", "where"),
+    [
+        ("flashrag_jsonl", {"id": "test_3", "golden_answers": ["a"]}, "question", "(id test_3)"),
+        ("flashrag_jsonl", {"id": "test_3", "question": "q"}, "golden_answers", "(id test_3)"),
+        ("hotpotqa", {"_id": "h9", "question": "q", "answer": "a", "supporting_facts": []}, "context", "(id h9)"),
+        (
+            "musique",
+            {"id": "m9", "question": "q", "answer": "a", "paragraphs": [{"idx": 0, "title": "T"}]},
+            "paragraph_text",
+            "(id m9) paragraphs[0]",
+        ),
+        ("popqa", {"id": 9, "question": "q"}, "possible_answers", "(id 9)"),
+        ("nq_open", {"answer": ["a"]}, "question", ":2 (id 1)"),
+    ],
+)
 def test_missing_field_names_field_file_and_row(tmp_path, kind, row, field, where):
-    good = {"flashrag_jsonl": {"id": "ok", "question": "q", "golden_answers": ["a"]},
-            "nq_open": {"question": "q", "answer": ["a"]}}  # a good first row, so the bad one is on line 2
+    good = {
+        "flashrag_jsonl": {"id": "ok", "question": "q", "golden_answers": ["a"]},
+        "nq_open": {"question": "q", "answer": ["a"]},
+    }  # a good first row, so the bad one is on line 2
     path = write_jsonl(tmp_path / "rows.jsonl", [good[kind], row] if kind in good else [row])
     with pytest.raises(DataError, match=re.escape(f"{path}") + r".*" + re.escape(f"{where}: missing field '{field}'")):
         load_questions(source(kind, path), tmp_path)
@@ -538,10 +628,13 @@ def test_empty_source_is_an_error(tmp_path):
 
 
 def test_flashrag_passages(tmp_path):
-    write_jsonl(tmp_path / "wiki.jsonl", [
-        {"id": "0", "contents": '"Evan Morris"\nEvan Morris Evan L. Morris was a lobbyist.'},
-        {"id": "1", "contents": '""Weird Al" Yankovic"\nAlfred Yankovic is a singer.\nSecond line.'},
-    ])
+    write_jsonl(
+        tmp_path / "wiki.jsonl",
+        [
+            {"id": "0", "contents": '"Evan Morris"\nEvan Morris Evan L. Morris was a lobbyist.'},
+            {"id": "1", "contents": '""Weird Al" Yankovic"\nAlfred Yankovic is a singer.\nSecond line.'},
+        ],
+    )
     passages = load_corpus(CorpusSource(kind="flashrag_passages", path="wiki.jsonl"), tmp_path)
     assert [(p.title, p.text) for p in passages] == [
         ("Evan Morris", "Evan Morris Evan L. Morris was a lobbyist."),
@@ -551,8 +644,10 @@ def test_flashrag_passages(tmp_path):
 
 def test_title_sentences_and_title_text_list_agree(tmp_path):
     write_json(tmp_path / "sentences.json", {"Alpha": ["Alpha is a thing.", " It is old."], "Beta": ["Beta."]})
-    write_json(tmp_path / "list.json", [{"title": "Alpha", "text": "Alpha is a thing. It is old."},
-                                        {"title": "Gamma", "text": "G."}])
+    write_json(
+        tmp_path / "list.json",
+        [{"title": "Alpha", "text": "Alpha is a thing. It is old."}, {"title": "Gamma", "text": "G."}],
+    )
     sentences = load_corpus(CorpusSource(kind="title_sentences", path="sentences.json"), tmp_path)
     listed = load_corpus(CorpusSource(kind="title_text_list", path="list.json"), tmp_path)
     assert [p.title for p in sentences] == ["Alpha", "Beta"] and [p.title for p in listed] == ["Alpha", "Gamma"]
@@ -561,10 +656,24 @@ def test_title_sentences_and_title_text_list_agree(tmp_path):
 
 def test_kilt_pages(tmp_path):
     body = " ".join(["word"] * 60)
-    write_jsonl(tmp_path / "kilt.jsonl", [{"wikipedia_title": "Page", "text": [
-        "Page\n", f"{body}.\n", f"{body} again.\n", "Section::::History.\n", "BULLET::::- first item\n", "Short end.\n",
-        "Section::::External links.\n", "BULLET::::- example.org\n",
-    ]}])
+    write_jsonl(
+        tmp_path / "kilt.jsonl",
+        [
+            {
+                "wikipedia_title": "Page",
+                "text": [
+                    "Page\n",
+                    f"{body}.\n",
+                    f"{body} again.\n",
+                    "Section::::History.\n",
+                    "BULLET::::- first item\n",
+                    "Short end.\n",
+                    "Section::::External links.\n",
+                    "BULLET::::- example.org\n",
+                ],
+            }
+        ],
+    )
     passages = load_corpus(CorpusSource(kind="kilt_pages", path="kilt.jsonl"), tmp_path)
     assert [p.text for p in passages] == [f"{body}.", f"{body} again.", "first item Short end."]
     assert all(p.title == "Page" for p in passages)
@@ -579,6 +688,8 @@ def test_corpus_limit_and_duplicates(tmp_path):
 
 
 def test_corpus_missing_field_names_file_and_line(tmp_path):
-    path = write_jsonl(tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"T"\nx'}, {"id": "1", "text": "no contents"}])
+    path = write_jsonl(
+        tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"T"\nx'}, {"id": "1", "text": "no contents"}]
+    )
     with pytest.raises(DataError, match=re.escape(f"{path}:2: missing field 'contents'")):
         load_corpus(CorpusSource(kind="flashrag_passages", path=str(path)), tmp_path)

@@ -51,8 +51,13 @@ def test_group_advantages_eps_in_denominator():
 
 @pytest.mark.parametrize(
     ("rewards", "dtype"),
-    [([[1.0] * 4], torch.float32), ([[0.0] * 4], torch.float32), ([[0.11] * 3], torch.float32),
-     ([[0.05] * 3], torch.float64), ([[0.11] * 5], torch.float64)],
+    [
+        ([[1.0] * 4], torch.float32),
+        ([[0.0] * 4], torch.float32),
+        ([[0.11] * 3], torch.float32),
+        ([[0.05] * 3], torch.float64),
+        ([[0.11] * 5], torch.float64),
+    ],
 )
 def test_group_with_identical_rewards_gives_exact_zeros(rewards, dtype):
     # a plain float32 mean of [0.11] * 3 is off by an ulp (~1e-8; / (0 + 1e-6) -> an advantage ~0.007), and a
@@ -228,7 +233,14 @@ ADV = torch.tensor([1.0, -1.0])
 def _loss(mode, denominator=None):
     logp = torch.tensor(LOGP, requires_grad=True)
     loss, stats = grpo_loss(
-        logp, torch.zeros(2, 2), torch.tensor(REF), ADV, LOSS_MASK, clip_eps=0.2, kl_coef=0.1, mode=mode,
+        logp,
+        torch.zeros(2, 2),
+        torch.tensor(REF),
+        ADV,
+        LOSS_MASK,
+        clip_eps=0.2,
+        kl_coef=0.1,
+        mode=mode,
         denominator=denominator,
     )
     loss.backward()

@@ -70,8 +70,11 @@ def test_garbage_model_gets_invalid_actions_then_forced_conclusion(backbone, smo
 
 def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_questions, smoke_world):
     # Replies continue the prefilled opening tag (<think>, <note>, <answer>), as a model's would.
-    script = {"central": lambda p: "more</think><subquestion>Who directed it?</subquestion>",
-              "retrieval": lambda p: "nothing relevant</note>", "conclusion": lambda p: "Telmarra</answer>"}
+    script = {
+        "central": lambda p: "more</think><subquestion>Who directed it?</subquestion>",
+        "retrieval": lambda p: "nothing relevant</note>",
+        "conclusion": lambda p: "Telmarra</answer>",
+    }
     policy = ScriptedPolicy(backbone[1], script)
     episodes = run_central(test_questions, policy, smoke_world[2], settings(max_turns=3))
     for episode in episodes:
@@ -82,11 +85,15 @@ def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_
 
 def test_passages_cannot_end_a_turn_forge_an_answer_or_inject_an_action(backbone, test_questions):
     def central(prompt):
-        return "done</think><conclude></conclude>" if "Note:" in prompt else "go</think><subquestion>Where?</subquestion>"
+        return (
+            "done</think><conclude></conclude>" if "Note:" in prompt else "go</think><subquestion>Where?</subquestion>"
+        )
 
-    script = {"central": central,
-              "retrieval": lambda prompt: f"{prompt.split('Passages:')[1]}</note>",  # copies everything it saw
-              "conclusion": lambda prompt: "real answer</answer>"}
+    script = {
+        "central": central,
+        "retrieval": lambda prompt: f"{prompt.split('Passages:')[1]}</note>",  # copies everything it saw
+        "conclusion": lambda prompt: "real answer</answer>",
+    }
     policy = ScriptedPolicy(backbone[1], script)
     episodes = run_central(test_questions[:2], policy, TaggedPassages(), settings(max_turns=3))
     for episode in episodes:
@@ -103,7 +110,10 @@ def test_passages_cannot_end_a_turn_forge_an_answer_or_inject_an_action(backbone
 
 def test_single_agent_sees_results_as_data_and_is_forced_to_answer(backbone, test_questions):
     script = {"agent": lambda prompt: "look</think><search>Trap facts</search>"}
-    policy = ScriptedPolicy(backbone[1], script | {"agent": lambda p: "Telmarra</answer>" if p.endswith("<answer>") else script["agent"](p)})
+    policy = ScriptedPolicy(
+        backbone[1],
+        script | {"agent": lambda p: "Telmarra</answer>" if p.endswith("<answer>") else script["agent"](p)},
+    )
     episodes = run_single_agent(test_questions[:2], policy, TaggedPassages(), settings(max_turns=2))
     for episode in episodes:
         assert episode.turns == 2 and episode.forced and episode.prediction == "Telmarra"
@@ -114,7 +124,9 @@ def test_single_agent_sees_results_as_data_and_is_forced_to_answer(backbone, tes
 
 def test_role_masks_cover_exactly_the_tokens_each_role_generated(backbone, smoke_world, test_questions):
     model, tokenizer = backbone
-    episodes = run_central(test_questions, RolePolicy(model, tokenizer, FROZEN), smoke_world[2], settings(greedy=False))
+    episodes = run_central(
+        test_questions, RolePolicy(model, tokenizer, FROZEN), smoke_world[2], settings(greedy=False)
+    )
     for episode in episodes:
         per_role: dict[str, int] = {}
         for call in episode.calls:
@@ -131,7 +143,9 @@ def test_sampling_is_deterministic_from_the_seed(backbone, smoke_world, test_que
     model, tokenizer = backbone
 
     def completions(seed):
-        episodes = run_central(test_questions, RolePolicy(model, tokenizer, FROZEN), smoke_world[2], settings(greedy=False, seed=seed))
+        episodes = run_central(
+            test_questions, RolePolicy(model, tokenizer, FROZEN), smoke_world[2], settings(greedy=False, seed=seed)
+        )
         return [c.completion_ids for e in episodes for c in e.calls]
 
     assert completions(1) == completions(1)

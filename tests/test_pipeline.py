@@ -40,10 +40,17 @@ def test_a_failing_prepare_leaves_previous_outputs_whole(smoke_params, tmp_path)
     before = {name: path.read_bytes() for name, path in outputs.items()}
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "1", "question": "q?", "golden_answers": ["a"], "metadata": {}}\n{"id": \n')
-    broken = write_params(tmp_path / "broken", {"data": {"questions": [
-        {"kind": "synthetic"},
-        {"kind": "flashrag_jsonl", "path": str(bad), "benchmark": "x", "split": "test"},
-    ]}})
+    broken = write_params(
+        tmp_path / "broken",
+        {
+            "data": {
+                "questions": [
+                    {"kind": "synthetic"},
+                    {"kind": "flashrag_jsonl", "path": str(bad), "benchmark": "x", "split": "test"},
+                ]
+            }
+        },
+    )
     with pytest.raises(DataError, match=r"bad\.jsonl:2: malformed JSON"):
         _prepare(broken, tmp_path)
     assert {name: path.read_bytes() for name, path in outputs.items()} == before
@@ -52,20 +59,39 @@ def test_a_failing_prepare_leaves_previous_outputs_whole(smoke_params, tmp_path)
 def test_build_index_flow_reports_recall_for_every_benchmark(prefect_server, smoke_params, tmp_path):
     data = _prepare(smoke_params, tmp_path)
     metrics = tmp_path / "retrieval.json"
-    build_index.main(["--params", str(smoke_params), "--corpus", str(data["corpus"]),
-                      "--questions", str(data["test"]), str(data["train"]),
-                      "--index", str(tmp_path / "index"), "--metrics", str(metrics)])
+    build_index.main(
+        [
+            "--params",
+            str(smoke_params),
+            "--corpus",
+            str(data["corpus"]),
+            "--questions",
+            str(data["test"]),
+            str(data["train"]),
+            "--index",
+            str(tmp_path / "index"),
+            "--metrics",
+            str(metrics),
+        ]
+    )
     table = json.loads(metrics.read_text())
     assert set(table) == {"test", "train"}
-    assert set(table["test"]) == {f"synth-{t}" for t in ("1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison")}
+    assert set(table["test"]) == {
+        f"synth-{t}" for t in ("1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison")
+    }
     one_hop = table["test"]["synth-1hop"]
     assert 0.0 <= one_hop["recall@1"] <= one_hop["recall@3"] <= one_hop["recall@5"] <= 1.0
     assert (tmp_path / "index" / "manifest.json").is_file()
 
 
 # Credentials a user's shell may hold while the pipeline runs; none may reach an output, the store or the log.
-SECRETS = {"ELASTIC_PASSWORD": "ESPASSWORD0", "ELASTIC_API_KEY": "ESAPIKEY0", "AWS_SECRET_ACCESS_KEY": "AWSSECRET0",
-           "MLFLOW_TRACKING_PASSWORD": "MLPASSWORD0", "MLFLOW_TRACKING_URI": "http://mlflow:URLPASSWORD0@127.0.0.1:9"}
+SECRETS = {
+    "ELASTIC_PASSWORD": "ESPASSWORD0",
+    "ELASTIC_API_KEY": "ESAPIKEY0",
+    "AWS_SECRET_ACCESS_KEY": "AWSSECRET0",
+    "MLFLOW_TRACKING_PASSWORD": "MLPASSWORD0",
+    "MLFLOW_TRACKING_URI": "http://mlflow:URLPASSWORD0@127.0.0.1:9",
+}
 
 
 def _run(command: list[str], cwd: Path) -> str:
@@ -73,8 +99,15 @@ def _run(command: list[str], cwd: Path) -> str:
     from prefect.settings import PREFECT_API_URL
 
     # every stage's flow reports to the test server instead of starting its own (seconds per stage saved)
-    env = os.environ | SECRETS | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                                  "ELASTIC_USERNAME": "elastic", "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env = (
+        os.environ
+        | SECRETS
+        | {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "ELASTIC_USERNAME": "elastic",
+            "PREFECT_API_URL": PREFECT_API_URL.value(),
+        }
+    )
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout + result.stderr
@@ -89,7 +122,9 @@ def _assert_no_secret_in(folder: Path, log: str) -> None:
 
 
 @pytest.mark.slow
-def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns_to_the_same_bytes(prefect_server, tmp_path):
+def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns_to_the_same_bytes(
+    prefect_server, tmp_path
+):
     """What `make experiment` does, on the smoke profile, in a fresh git + DVC repository: every cell of
     arms x seeds x budgets, the references, the verdict report, and MLflow runs under one parent; with secrets
     in the environment (one inside a URL), none of which reaches an output, dvc.lock, the store or the log."""
@@ -105,7 +140,12 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     log = _run(["dvc", "repro"], tmp_path)
     _assert_no_secret_in(tmp_path, log)
     lock = (tmp_path / "dvc.lock").read_text()
-    for cell in ("train@central_only-0-main", "train@joint-1-main", "evaluate@joint-0-main", "evaluate_reference@single_agent-main"):
+    for cell in (
+        "train@central_only-0-main",
+        "train@joint-1-main",
+        "evaluate@joint-0-main",
+        "evaluate_reference@single_agent-main",
+    ):
         assert f"{cell}:" in lock
     assert "Data and pipelines are up to date" in _run(["dvc", "repro"], tmp_path)
 
@@ -121,7 +161,18 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     _assert_one_parent_run(tmp_path / "mlflow.db")
 
     # a forced rerun of one cell writes the same bytes (upstream stages' byte-stability has its own tests)
-    _run(["dvc", "repro", "--force", "--single-item", "train@central_only-1-main", "evaluate@central_only-1-main", "compare"], tmp_path)
+    _run(
+        [
+            "dvc",
+            "repro",
+            "--force",
+            "--single-item",
+            "train@central_only-1-main",
+            "evaluate@central_only-1-main",
+            "compare",
+        ],
+        tmp_path,
+    )
     assert (tmp_path / "dvc.lock").read_text() == lock
 
 
@@ -133,7 +184,10 @@ def _assert_one_parent_run(store: Path) -> None:
     parents = {r.info.run_id for r in runs if "centralrl.experiment" in r.data.tags}
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in parents]
     assert len(parents) == 1
-    cells = {(r.data.tags["stage"], r.data.tags.get("arm"), r.data.tags.get("seed"), r.data.tags.get("budget")) for r in children}
+    cells = {
+        (r.data.tags["stage"], r.data.tags.get("arm"), r.data.tags.get("seed"), r.data.tags.get("budget"))
+        for r in children
+    }
     assert ("evaluate", "joint", "1", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
     assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)
 
@@ -141,7 +195,11 @@ def _assert_one_parent_run(store: Path) -> None:
 def test_prepare_data_stops_first_naming_what_the_profile_needs(tmp_path, monkeypatch):
     """A paper profile on this machine: no GPU, no hub, no cluster. The first stage says so before any work."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    params = write_params(tmp_path, {"retrieval": {"elasticsearch": {"url": "http://127.0.0.1:9"}}}, profile="paper-3b")
-    with pytest.raises(SystemExit, match=r"lacks what profile 'paper-3b' needs(.|\n)*missing +hugging face hub(.|\n)*elasticsearch"):
+    params = write_params(
+        tmp_path, {"retrieval": {"elasticsearch": {"url": "http://127.0.0.1:9"}}}, profile="paper-3b"
+    )
+    with pytest.raises(
+        SystemExit, match=r"lacks what profile 'paper-3b' needs(.|\n)*missing +hugging face hub(.|\n)*elasticsearch"
+    ):
         _prepare(params, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -17,8 +17,15 @@ from centralrl.config import load_config
 from conftest import REPO
 from tests.fake_elasticsearch import FakeElasticsearch
 
-BENCHMARKS = {"nq": "test", "triviaqa": "test", "popqa": "test", "hotpotqa": "dev", "2wikimultihopqa": "dev",
-              "musique": "dev", "bamboogle": "test"}
+BENCHMARKS = {
+    "nq": "test",
+    "triviaqa": "test",
+    "popqa": "test",
+    "hotpotqa": "dev",
+    "2wikimultihopqa": "dev",
+    "musique": "dev",
+    "bamboogle": "test",
+}
 
 
 def closed_port() -> int:
@@ -63,9 +70,17 @@ def test_paper_3b_plan_names_model_data_retriever_and_stages(repo, capsys):
     assert "group 5" in out and "lr 1e-06" in out and "4 turns" in out
     assert "tracking: http://127.0.0.1:5000" in out
     stages = [line.strip() for line in out.split("stages (", 1)[1].splitlines()[1:]]
-    for name in ("prepare_data", "build_index", "prepare_model@main", "warmstart@main", "train@central_only-0-main",
-                 "evaluate@joint-1-main", "evaluate_reference@base-main", "evaluate_reference@single_agent-main",
-                 "compare"):
+    for name in (
+        "prepare_data",
+        "build_index",
+        "prepare_model@main",
+        "warmstart@main",
+        "train@central_only-0-main",
+        "evaluate@joint-1-main",
+        "evaluate_reference@base-main",
+        "evaluate_reference@single_agent-main",
+        "compare",
+    ):
         assert name in stages
 
 
@@ -75,10 +90,15 @@ def test_paper_1_5b_differs_in_the_backbone(repo, capsys):
 
 
 def test_stages_follow_the_matrix_axes(repo):
-    cfg = load_config(repo / "params.yaml", {
-        "profile": "paper-3b", "seeds": [0, 1, 2], "backbones": ["main", "large"],
-        "models": {"large": {"source": "hf", "name_or_path": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16"}},
-    })
+    cfg = load_config(
+        repo / "params.yaml",
+        {
+            "profile": "paper-3b",
+            "seeds": [0, 1, 2],
+            "backbones": ["main", "large"],
+            "models": {"large": {"source": "hf", "name_or_path": "Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16"}},
+        },
+    )
     names = plan.stage_names(cfg, repo / "dvc.yaml")
     arms, refs = len(cfg.arms), len(cfg.references)
     assert len(names) == 3 + 2 * 2 + 2 * arms * 3 * 2 + refs * 2  # prepare_data, build_index, compare + the rest
@@ -88,9 +108,18 @@ def test_stages_follow_the_matrix_axes(repo):
 
 def test_paper_3b_check_names_cuda_hub_and_elasticsearch_missing(repo, capsys):
     port = closed_port()
-    code, out = run(capsys, "--params", str(repo / "params.yaml"), "--profile", "paper-3b", "--check",
-                    "--set", f"retrieval.elasticsearch.url=http://127.0.0.1:{port}",
-                    "--set", f"tracking.uri=http://127.0.0.1:{port}")
+    code, out = run(
+        capsys,
+        "--params",
+        str(repo / "params.yaml"),
+        "--profile",
+        "paper-3b",
+        "--check",
+        "--set",
+        f"retrieval.elasticsearch.url=http://127.0.0.1:{port}",
+        "--set",
+        f"tracking.uri=http://127.0.0.1:{port}",
+    )
     assert code == 1
     missing = [line.strip() for line in out.splitlines() if line.strip().startswith("missing ")]
     names = {line.split(":", 1)[0].removeprefix("missing").strip() for line in missing}
@@ -113,8 +142,10 @@ def test_default_check_passes(repo, capsys):
 
 def test_elasticsearch_check_ok_when_the_cluster_answers(repo):
     with FakeElasticsearch() as fake:
-        cfg = load_config(repo / "params.yaml", {
-            "profile": "default", "retrieval": {"backend": "elasticsearch", "elasticsearch": {"url": fake.url}}})
+        cfg = load_config(
+            repo / "params.yaml",
+            {"profile": "default", "retrieval": {"backend": "elasticsearch", "elasticsearch": {"url": fake.url}}},
+        )
         check = plan.check_elasticsearch(cfg)
     assert check.ok and "green" in check.reason and "not built yet" in check.reason
 
@@ -145,8 +176,19 @@ def test_hub_probe(monkeypatch):
 
 def test_file_checks_name_each_file(repo, tmp_path):
     (tmp_path / "here.jsonl").write_text("{}\n")
-    cfg = load_config(repo / "params.yaml", {"profile": "default", "data": {"root": str(tmp_path), "corpus": [
-        {"kind": "flashrag_passages", "path": "here.jsonl"}, {"kind": "kilt_pages", "path": "gone.jsonl"}]}})
+    cfg = load_config(
+        repo / "params.yaml",
+        {
+            "profile": "default",
+            "data": {
+                "root": str(tmp_path),
+                "corpus": [
+                    {"kind": "flashrag_passages", "path": "here.jsonl"},
+                    {"kind": "kilt_pages", "path": "gone.jsonl"},
+                ],
+            },
+        },
+    )
     checks = {c.name: c for c in plan.check_files(cfg, tmp_path)}
     assert checks["corpus file here.jsonl"].ok and not checks["corpus file gone.jsonl"].ok
 

@@ -18,7 +18,10 @@ def _same_twice_and_changes(draw, data, changed, tmp_path):
 
 def test_training_curves(tmp_path):
     histories = {
-        arm: {seed: [{"step": s, "reward_mean": 0.1 * s + seed, "f1": 0.2 * s, "loss": 1.0} for s in range(1, 4)] for seed in (0, 1)}
+        arm: {
+            seed: [{"step": s, "reward_mean": 0.1 * s + seed, "f1": 0.2 * s, "loss": 1.0} for s in range(1, 4)]
+            for seed in (0, 1)
+        }
         for arm in ("joint", "central_only")
     }
     changed = copy.deepcopy(histories)
@@ -29,8 +32,16 @@ def test_training_curves(tmp_path):
 def test_score_vs_compute_with_reference(tmp_path):
     points = [{"arm": "base", "seed": 0, "budget": "none", "flops": 0.0, "score": 20.0}]
     points += [
-        {"arm": arm, "seed": seed, "budget": budget, "flops": flops * (2 if arm == "joint" else 1), "score": 25.0 + flops / 1e12 + seed}
-        for arm in ("central_only", "joint") for seed in (0, 1) for budget, flops in (("small", 1e12), ("large", 4e12))
+        {
+            "arm": arm,
+            "seed": seed,
+            "budget": budget,
+            "flops": flops * (2 if arm == "joint" else 1),
+            "score": 25.0 + flops / 1e12 + seed,
+        }
+        for arm in ("central_only", "joint")
+        for seed in (0, 1)
+        for budget, flops in (("small", 1e12), ("large", 4e12))
     ]
     changed = [dict(p, score=p["score"] + 1) if p["arm"] == "joint" else p for p in points]
 
@@ -43,7 +54,8 @@ def test_score_vs_compute_with_reference(tmp_path):
 def test_differences_forest(tmp_path):
     rows = [
         {"label": label, "group": group, "estimate": e, "low": e - 2.0, "high": e + 1.5}
-        for group, shift in (("seed 0", 0.0), ("seed 1", 1.0)) for label, e in (("hotpotqa", 1.0 + shift), ("nq", -0.5), ("macro", 0.3))
+        for group, shift in (("seed 0", 0.0), ("seed 1", 1.0))
+        for label, e in (("hotpotqa", 1.0 + shift), ("nq", -0.5), ("macro", 0.3))
     ]
     changed = [dict(r, high=r["high"] + 3) if r["label"] == "nq" else r for r in rows]
 
@@ -54,7 +66,9 @@ def test_differences_forest(tmp_path):
 
 
 def test_markdown_to_html():
-    page = markdown_to_html("# Report\n\n| arm | f1 |\n|---|---:|\n| joint | 31.20 |\n\n![x](a.png)\n", title="Arms & seeds")
+    page = markdown_to_html(
+        "# Report\n\n| arm | f1 |\n|---|---:|\n| joint | 31.20 |\n\n![x](a.png)\n", title="Arms & seeds"
+    )
     assert page.startswith("<!doctype html>")
     assert '<meta charset="utf-8">' in page
     assert "<title>Arms &amp; seeds</title>" in page

@@ -12,18 +12,33 @@ from centralrl.io import write_jsonl
 
 
 def _sources(tmp_path) -> list[QuestionSource]:
-    write_jsonl(tmp_path / "train.jsonl", [{"id": "t1", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
-                                           {"id": "t2", "question": "Capital of France?", "answer": "Paris"},
-                                           {"id": "t3", "question": "Who painted the Mona Lisa?", "answer": "Leonardo"}])
-    write_jsonl(tmp_path / "test.jsonl", [{"id": "e1", "question": "who wrote  hamlet", "answer": "Shakespeare"},
-                                          {"id": "e2", "question": "Tallest mountain?", "answer": "Everest"}])
-    return [QuestionSource(kind="qa_jsonl", path="train.jsonl", benchmark="nq", split="train"),
-            QuestionSource(kind="qa_jsonl", path="test.jsonl", benchmark="nq", split="test")]
+    write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            {"id": "t1", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+            {"id": "t2", "question": "Capital of France?", "answer": "Paris"},
+            {"id": "t3", "question": "Who painted the Mona Lisa?", "answer": "Leonardo"},
+        ],
+    )
+    write_jsonl(
+        tmp_path / "test.jsonl",
+        [
+            {"id": "e1", "question": "who wrote  hamlet", "answer": "Shakespeare"},
+            {"id": "e2", "question": "Tallest mountain?", "answer": "Everest"},
+        ],
+    )
+    return [
+        QuestionSource(kind="qa_jsonl", path="train.jsonl", benchmark="nq", split="train"),
+        QuestionSource(kind="qa_jsonl", path="test.jsonl", benchmark="nq", split="test"),
+    ]
 
 
 def test_a_training_copy_of_an_evaluation_question_is_refused_by_default(tmp_path):
-    with pytest.raises(DataError, match=r"1 evaluation question\(s\) also appear in training: 'nq/e1 = train nq/t1'.*"
-                                        r"data.train_overlap: drop"):
+    with pytest.raises(
+        DataError,
+        match=r"1 evaluation question\(s\) also appear in training: 'nq/e1 = train nq/t1'.*"
+        r"data.train_overlap: drop",
+    ):
         collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path)))
 
 

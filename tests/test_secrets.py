@@ -43,8 +43,11 @@ def test_mlflow_params_tags_and_texts_hold_no_url_credentials(tmp_path, monkeypa
 
 def test_a_dvc_tracked_url_refuses_credentials_without_showing_them(tmp_path):
     params = write_params(tmp_path, {"retrieval": {"elasticsearch": {"url": f"http://elastic:{SECRET}@127.0.0.1:9"}}})
-    with pytest.raises(ConfigError, match=r"retrieval\.elasticsearch\.url: http://elastic:\*\*\*@127\.0\.0\.1:9 holds "
-                                          r"credentials, which DVC would copy verbatim into dvc\.lock") as caught:
+    with pytest.raises(
+        ConfigError,
+        match=r"retrieval\.elasticsearch\.url: http://elastic:\*\*\*@127\.0\.0\.1:9 holds "
+        r"credentials, which DVC would copy verbatim into dvc\.lock",
+    ) as caught:
         load_config(params)
     assert SECRET not in str(caught.value)
 
@@ -60,8 +63,11 @@ def test_the_plan_and_its_mlflow_probe_print_no_credentials(tmp_path, capsys):
 
 def test_start_mlflow_never_echoes_the_store_password(tmp_path):
     store = f"postgresql+psycopg2://mlflow:{SECRET}@127.0.0.1:9/mlflow"  # no such server: mlflow stops at once
-    env = os.environ | {"MLFLOW_BACKEND_STORE_URI": store, "MLFLOW_PORT": "9",
-                        "MLFLOW_ARTIFACTS_DESTINATION": str(tmp_path)}
+    env = os.environ | {
+        "MLFLOW_BACKEND_STORE_URI": store,
+        "MLFLOW_PORT": "9",
+        "MLFLOW_ARTIFACTS_DESTINATION": str(tmp_path),
+    }
     result = subprocess.run([REPO / "infra" / "start-mlflow.sh"], env=env, capture_output=True, text=True, timeout=120)
     assert "store postgresql+psycopg2://mlflow:***@127.0.0.1:9/mlflow" in result.stdout
     assert SECRET not in result.stdout + result.stderr

@@ -28,16 +28,27 @@ def dvc_project(folder: Path) -> None:
     shutil.copy(REPO / "tests" / "blocking_stage.py", folder / "blocking_stage.py")
     (folder / "dvc.yaml").write_text(
         "stages:\n  block:\n    cmd: python blocking_stage.py --params params.yaml --out out/result.json"
-        " --started started.json\n    deps: [blocking_stage.py]\n    outs: [out/result.json]\n")
+        " --started started.json\n    deps: [blocking_stage.py]\n    outs: [out/result.json]\n"
+    )
     subprocess.run([str(DVC), "init", "--no-scm", "-q"], cwd=folder, check=True)
 
 
 def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
-    env = os.environ | {"PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-                        "PREFECT_HOME": str(prefect_home), "OMP_NUM_THREADS": "1"}
+    env = os.environ | {
+        "PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        "PREFECT_HOME": str(prefect_home),
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen([str(DVC), "repro", "-q"], cwd=folder, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [str(DVC), "repro", "-q"],
+        cwd=folder,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for(path: Path, repro: subprocess.Popen, timeout: float = 120.0) -> dict:

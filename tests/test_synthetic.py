@@ -18,8 +18,19 @@ TWIN = re.compile(r"is not to be confused with (?:the )?(.+?), an? ")
 
 
 def small(**overrides) -> SyntheticConfig:
-    params = dict(seed=3, n_people=40, n_cities=10, n_countries=4, n_universities=5, n_companies=8, n_films=12,
-                  lookalike_fraction=0.5, distractor_sentences=2, train_per_type=10, test_per_type=4)
+    params = dict(
+        seed=3,
+        n_people=40,
+        n_cities=10,
+        n_countries=4,
+        n_universities=5,
+        n_companies=8,
+        n_films=12,
+        lookalike_fraction=0.5,
+        distractor_sentences=2,
+        train_per_type=10,
+        test_per_type=4,
+    )
     return SyntheticConfig(**{**params, **overrides})
 
 
@@ -183,6 +194,7 @@ def test_no_lookalikes_when_fraction_is_zero():
 def test_distractor_sentences_follow_the_config():
     _, none = generate(small(distractor_sentences=0))
     _, many = generate(small(distractor_sentences=3))
+
     def sentences(passages):
         return sum(p.text.count(". ") + 1 for p in passages)
 

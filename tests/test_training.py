@@ -21,13 +21,33 @@ from conftest import REPO, TOY, toy_questions, write_params
 
 
 def _stage_args(folder: Path, params: Path, data: dict, arm: str, out: str) -> list[str]:
-    return ["--params", str(params), "--arm", arm, "--seed", "0", "--backbone", "main", "--model", str(folder / "start"),
-            "--index", str(folder / "index"), "--train", str(data["train"]), *[f"--{k}={v}" for k, v in _outputs(folder, out).items()]]
+    return [
+        "--params",
+        str(params),
+        "--arm",
+        arm,
+        "--seed",
+        "0",
+        "--backbone",
+        "main",
+        "--model",
+        str(folder / "start"),
+        "--index",
+        str(folder / "index"),
+        "--train",
+        str(data["train"]),
+        *[f"--{k}={v}" for k, v in _outputs(folder, out).items()],
+    ]
 
 
 def _outputs(folder: Path, out: str) -> dict[str, Path]:
-    return {"adapters": folder / out / "adapters", "budgets": folder / out / "budgets.json", "state": folder / out / "state",
-            "history": folder / out / "history.jsonl", "metrics": folder / out / "metrics.json"}
+    return {
+        "adapters": folder / out / "adapters",
+        "budgets": folder / out / "budgets.json",
+        "state": folder / out / "state",
+        "history": folder / out / "history.jsonl",
+        "metrics": folder / out / "metrics.json",
+    }
 
 
 def train(folder: Path, params: Path, data: dict, arm: str, out: str) -> dict[str, Path]:
@@ -52,7 +72,9 @@ def fresh_adapter_weights(folder: Path, params: Path, arm: str) -> dict[str, dic
     spec = cfg.arm(arm)
     model, _ = load_backbone(folder / "start")
     torch.manual_seed(derive_seed(0, "lora-init"))
-    model = attach_adapters(model, role_adapters(spec.trainable_roles, cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology]), cfg.lora)
+    model = attach_adapters(
+        model, role_adapters(spec.trainable_roles, cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology]), cfg.lora
+    )
     save_adapters(model, folder / f"init-{arm}")
     return adapter_weights(folder / f"init-{arm}")
 
@@ -90,12 +112,16 @@ def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_ru
     assert cuts["one_step"]["spent"]["trained_tokens"] == first_step["trained_tokens.central"] > 0
     assert cuts["two_steps"]["spent"]["flops"] > cuts["one_step"]["spent"]["flops"] > 0
     assert _file_hashes(paths["adapters"] / "any_token") == _file_hashes(paths["adapters"] / "one_step")
-    assert changed(adapter_weights(paths["adapters"] / "one_step")["central"], adapter_weights(paths["adapters"] / "two_steps")["central"])
+    assert changed(
+        adapter_weights(paths["adapters"] / "one_step")["central"],
+        adapter_weights(paths["adapters"] / "two_steps")["central"],
+    )
 
 
 class ScriptedSampler:
     """Stands in for sampling from a language model (the outside boundary) so that every role acts: the central
-    agent delegates (max_turns 1, so the conclusion is then forced), the conclusion answers right in every other episode. The update
+    agent delegates (max_turns 1, so the conclusion is then forced), the conclusion answers right in every other
+    episode. The update
     itself runs the real tiny model with its real adapters."""
 
     def __init__(self, right: str, wrong: str):
@@ -104,7 +130,11 @@ class ScriptedSampler:
     def __call__(self, role: str, prompt: str) -> str:
         self.calls += 1
         if role == "central":
-            return "plan</think><conclude></conclude>" if "Note:" in prompt else "plan</think><subquestion>Which word?</subquestion>"
+            return (
+                "plan</think><conclude></conclude>"
+                if "Note:" in prompt
+                else "plan</think><subquestion>Which word?</subquestion>"
+            )
         if role == "retrieval":
             return "nothing relevant</note>"
         return (self.right if self.calls % 2 else self.wrong) + "</answer>"
@@ -129,7 +159,9 @@ def test_joint_trains_all_three_adapters(smoke_run):
         def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):
             texts = [script(role, self.tokenizer.decode(p)) for p in prompts]
             ids = [tuple(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
-            return [Generation(tuple(p), i, tuple(0.0 for _ in i), self.tokenizer.decode(i)) for p, i in zip(prompts, ids)]
+            return [
+                Generation(tuple(p), i, tuple(0.0 for _ in i), self.tokenizer.decode(i)) for p, i in zip(prompts, ids)
+            ]
 
     policy = Scripted(model, tokenizer, adapters)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -148,20 +180,38 @@ def _stage_command(folder: Path, params: Path, data: dict, out: str) -> list[str
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
     folder, _, data = smoke_run
-    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY,
-                                     "train": {"grpo": {"steps": 4, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
-                                     "budgets": {"end": {"steps": 4}}})
+    params = write_params(
+        tmp_path,
+        {
+            "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"},
+            **TOY,
+            "train": {"grpo": {"steps": 4, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
+            "budgets": {"end": {"steps": 4}},
+        },
+    )
     env = os.environ | {"PYTHONPATH": str(REPO)}
-    subprocess.run(_stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True)
+    subprocess.run(
+        _stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True
+    )
 
-    interrupted = subprocess.Popen(_stage_command(folder, params, data, "killed"), env=env, cwd=REPO,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    interrupted = subprocess.Popen(
+        _stage_command(folder, params, data, "killed"),
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     state = folder / "killed" / "state"
     deadline = time.time() + 300
     while not list(state.glob("step-*/meta.json")) and interrupted.poll() is None and time.time() < deadline:
@@ -172,13 +222,16 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
     assert saved and saved[-1].name < "step-000004", "the run finished before it could be killed"
     assert not (folder / "killed" / "adapters").exists()
 
-    resumed = subprocess.run(_stage_command(folder, params, data, "killed"), check=True, env=env, cwd=REPO,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        _stage_command(folder, params, data, "killed"), check=True, env=env, cwd=REPO, capture_output=True, text=True
+    )
     assert "resumed from step 0," not in resumed.stdout
     assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
     assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
     initial = fresh_adapter_weights(folder, params, "joint")
-    assert changed(initial["central"], adapter_weights(folder / "killed" / "adapters" / "end")["central"])  # it learned
+    assert changed(
+        initial["central"], adapter_weights(folder / "killed" / "adapters" / "end")["central"]
+    )  # it learned
 
 
 def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp_path):
@@ -192,8 +245,15 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
     from centralrl.schema import Passage
 
     model, tokenizer = load_backbone(tiny_backbone)
-    params = write_params(tmp_path, {**TOY, "train": {"grpo": {
-        "steps": 6, "questions_per_step": 4, "group_size": 8, "learning_rate": 0.05, "kl_coef": 0.0}}})
+    params = write_params(
+        tmp_path,
+        {
+            **TOY,
+            "train": {
+                "grpo": {"steps": 6, "questions_per_step": 4, "group_size": 8, "learning_rate": 0.05, "kl_coef": 0.0}
+            },
+        },
+    )
     cfg = load_config(params)
     adapters = role_adapters(["conclusion"], "per_role")
     torch.manual_seed(0)
@@ -220,8 +280,15 @@ def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
 def test_spending_sums_what_the_budgets_are_stated_in():
     from centralrl.rl.run import spending
 
-    history = [{"trained_tokens.central": 10.0, "trained_tokens.retrieval": 5.0, "flops.generation": 100.0, "flops.update": 300.0},
-               {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0}]
+    history = [
+        {
+            "trained_tokens.central": 10.0,
+            "trained_tokens.retrieval": 5.0,
+            "flops.generation": 100.0,
+            "flops.update": 300.0,
+        },
+        {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0},
+    ]
     # tokens 10 + 5 + 7 = 22; FLOPs (100 + 300) + (50 + 150) = 600
     assert spending(history, 12.5) == {"steps": 2.0, "trained_tokens": 22.0, "flops": 600.0, "wall_seconds": 12.5}
 
@@ -234,8 +301,11 @@ def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
 
     assert Path("src/centralrl/rl/grpo.py") in project_sources([REPO / "stages" / "train.py"], REPO)
     project = tmp_path / "project"
-    files = {"stages/train.py": "from centralrl.rl import grpo\n", "src/centralrl/rl/grpo.py": "clip = 0.2\n",
-             "src/centralrl/report.py": "title = 'report'\n"}
+    files = {
+        "stages/train.py": "from centralrl.rl import grpo\n",
+        "src/centralrl/rl/grpo.py": "clip = 0.2\n",
+        "src/centralrl/report.py": "title = 'report'\n",
+    }
     for name, text in {**files, "src/centralrl/__init__.py": "", "src/centralrl/rl/__init__.py": ""}.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)

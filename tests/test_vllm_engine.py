@@ -32,8 +32,10 @@ def logprob_dicts(ids: list[int], values: list[float]) -> list[dict]:
     """vLLM's per-token logprobs: a dict token id -> Logprob per step. types.SimpleNamespace(logprob=...) stands
     in for vllm.logprobs.Logprob (vLLM is not installed here); each step also holds a runner-up token, as with
     logprobs >= 1, so the conversion must pick the chosen token's entry."""
-    return [{token: SimpleNamespace(logprob=value), token + 1: SimpleNamespace(logprob=value - 5.0)}
-            for token, value in zip(ids, values)]
+    return [
+        {token: SimpleNamespace(logprob=value), token + 1: SimpleNamespace(logprob=value - 5.0)}
+        for token, value in zip(ids, values)
+    ]
 
 
 def test_config_takes_the_engine_and_names_a_bad_one(tmp_path):
@@ -60,7 +62,9 @@ def test_open_policy_without_vllm_says_how_to_get_it(backbone, tiny_backbone):
 def test_preflight_and_plan_name_the_engine(tmp_path):
     cfg = load_config(write_params(tmp_path, {"harness": {"engine": "vllm"}}))
     checks = {check.name: check for check in plan.preflight(cfg, tmp_path)}
-    assert "generation engine: vllm (gpu_memory_utilization 0.4, max_model_len 4096" in "\n".join(plan.plan_lines(cfg, tmp_path))
+    assert "generation engine: vllm (gpu_memory_utilization 0.4, max_model_len 4096" in "\n".join(
+        plan.plan_lines(cfg, tmp_path)
+    )
     if HAS_VLLM and torch.cuda.is_available():
         assert checks["vllm"].ok
     else:
@@ -74,7 +78,9 @@ def test_preflight_and_plan_name_the_engine(tmp_path):
 
 def test_a_vllm_completion_cut_at_a_stop_string_is_the_transformers_record(backbone):
     tokenizer = backbone[1]
-    prompt = tokenizer.encode("<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n<note>", add_special_tokens=False)
+    prompt = tokenizer.encode(
+        "<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n<note>", add_special_tokens=False
+    )
     ids = tokenizer.encode("the director</note> and more text after", add_special_tokens=False)
     values = [-0.25 * (i + 1) for i in range(len(ids))]
     expected = trim_generation(tokenizer, prompt, ids, values, "retrieval")
@@ -109,8 +115,13 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
     from centralrl.models.backbone import prepare_backbone
 
     folder = tmp_path / "tiny"  # head size 64: one vLLM's attention backends all take
-    prepare_backbone(ModelConfig(source="tiny_qwen2", tiny=TinyQwen2Config(
-        hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)), folder)
+    prepare_backbone(
+        ModelConfig(
+            source="tiny_qwen2",
+            tiny=TinyQwen2Config(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256),
+        ),
+        folder,
+    )
     model, tokenizer = load_backbone(folder)
     adapters = role_adapters(["central"], "per_role")
     model = attach_adapters(model, adapters, LoraConfig(r=8, alpha=16))
@@ -125,7 +136,9 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
     perturb(0)
     model.to("cuda").eval()
     hf = RolePolicy(model, tokenizer, adapters)
-    harness = HarnessConfig(engine="vllm", vllm=VllmConfig(gpu_memory_utilization=0.3, max_model_len=1024, enforce_eager=True))
+    harness = HarnessConfig(
+        engine="vllm", vllm=VllmConfig(gpu_memory_utilization=0.3, max_model_len=1024, enforce_eager=True)
+    )
     vl = open_policy(harness, model, tokenizer, adapters, folder)
     questions = ["Who directed the film?", "Where was the founder born?", "Which city is older?", "Who married whom?"]
     prompts = [hf.encode_chat([{"role": "user", "content": q}], PREFILL["central"]) for q in questions]
@@ -152,5 +165,5 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
         for g in sampled:
             ids = torch.tensor([list(g.prompt_ids) + list(g.completion_ids)], device="cuda")
             logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float() / 0.7
-            expected = logits.log_softmax(-1).gather(-1, ids[0, len(g.prompt_ids):, None]).squeeze(-1)
+            expected = logits.log_softmax(-1).gather(-1, ids[0, len(g.prompt_ids) :, None]).squeeze(-1)
             assert torch.allclose(expected.cpu(), torch.tensor(g.logprobs), atol=1e-3)

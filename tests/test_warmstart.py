@@ -18,7 +18,14 @@ from centralrl.models.backbone import content_sha256, load_backbone
 from centralrl.retrieval import build_index, save_index
 from centralrl.retrieval.bm25 import Bm25sIndex
 from centralrl.rl.warmstart import (
-    IGNORE, build_traces, collate, delegated_hops, oracle_traces, parse_trace, supervised_finetune, target_loss,
+    IGNORE,
+    build_traces,
+    collate,
+    delegated_hops,
+    oracle_traces,
+    parse_trace,
+    supervised_finetune,
+    target_loss,
     warmstart,
 )
 from centralrl.schema import Passage, Question, SubQuestion
@@ -66,7 +73,11 @@ class ReplayPolicy(RolePolicy):
             assert trace.role == role, f"the harness called {role}, the next trace is {trace.role}"
             self.seen.append((role, tuple(prompt)))
             ids = trace.target_ids
-            replies.append(Generation(tuple(prompt), ids, (0.0,) * len(ids), self.tokenizer.decode(list(ids), skip_special_tokens=True)))
+            replies.append(
+                Generation(
+                    tuple(prompt), ids, (0.0,) * len(ids), self.tokenizer.decode(list(ids), skip_special_tokens=True)
+                )
+            )
         return replies
 
 
@@ -101,17 +112,34 @@ def test_traces_replayed_through_the_harness_see_the_harness_prompts(policy, smo
 
 
 def test_musique_style_hops_become_self_contained_and_unseen_answers_skip_the_question(policy):
-    passages = [Passage("a", "Velmar Gate", "The Velmar Gate is a film. It was directed by Ona Brill."),
-                Passage("b", "Ona Brill", "Ona Brill is a director. She was born in Telmarra.")]
+    passages = [
+        Passage("a", "Velmar Gate", "The Velmar Gate is a film. It was directed by Ona Brill."),
+        Passage("b", "Ona Brill", "Ona Brill is a director. She was born in Telmarra."),
+    ]
     index = Bm25sIndex.build(passages, 1.2, 0.75, True)
-    steps = (SubQuestion("The Velmar Gate >> director", "Ona Brill", ("a",)), SubQuestion("Where was #1 born?", "Telmarra", ("b",)))
-    question = Question("m1", "Where was the director of The Velmar Gate born?", ("Telmarra",), "musique", "train", (), steps)
+    steps = (
+        SubQuestion("The Velmar Gate >> director", "Ona Brill", ("a",)),
+        SubQuestion("Where was #1 born?", "Telmarra", ("b",)),
+    )
+    question = Question(
+        "m1", "Where was the director of The Velmar Gate born?", ("Telmarra",), "musique", "train", (), steps
+    )
     traces = oracle_traces(question, index, 2, CHARS, policy)
     delegated = [parse_trace(t, policy.tokenizer)[1] for t in traces if t.role == "central"][:2]
     assert delegated == ["What is the director of The Velmar Gate?", "Where was Ona Brill born?"]
-    assert [t.content for t in traces if t.role == "retrieval"] == ["It was directed by Ona Brill.", "She was born in Telmarra."]
-    unseen = Question("m2", question.question, ("Oshvania",), "musique", "train", (),
-                      (steps[0], SubQuestion("In which country is #1's birthplace?", "Oshvania", ("b",))))
+    assert [t.content for t in traces if t.role == "retrieval"] == [
+        "It was directed by Ona Brill.",
+        "She was born in Telmarra.",
+    ]
+    unseen = Question(
+        "m2",
+        question.question,
+        ("Oshvania",),
+        "musique",
+        "train",
+        (),
+        (steps[0], SubQuestion("In which country is #1's birthplace?", "Oshvania", ("b",))),
+    )
     assert oracle_traces(unseen, index, 2, CHARS, policy) == []
 
 
@@ -120,8 +148,8 @@ def test_only_target_tokens_are_trained(backbone, policy, smoke_world, train_que
     ids, mask, labels = collate(traces, pad_id=policy.tokenizer.pad_token_id)
     for row, t in enumerate(traces):
         n_prompt, n_target = len(t.prompt_ids), len(t.target_ids)
-        assert labels[row, :n_prompt].eq(IGNORE).all() and labels[row, n_prompt + n_target:].eq(IGNORE).all()
-        assert labels[row, n_prompt:n_prompt + n_target].tolist() == list(t.target_ids)
+        assert labels[row, :n_prompt].eq(IGNORE).all() and labels[row, n_prompt + n_target :].eq(IGNORE).all()
+        assert labels[row, n_prompt : n_prompt + n_target].tolist() == list(t.target_ids)
         assert mask[row].sum().item() == n_prompt + n_target
     # The loss is the causal LM's own loss on target tokens (decoder, then the head where a target is predicted) ...
     model = backbone[0]
@@ -129,7 +157,9 @@ def test_only_target_tokens_are_trained(backbone, policy, smoke_world, train_que
         hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
         logits = model(input_ids=ids, attention_mask=mask).logits
         loss = target_loss(hidden, model.get_output_embeddings(), labels)
-        reference = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=IGNORE)
+        reference = torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=IGNORE
+        )
         assert torch.allclose(loss, reference, atol=1e-5)
         # ... blind to what the positions before prompt tokens predict, and moved by the target positions.
         predicts_prompt = torch.zeros_like(labels, dtype=torch.bool)
@@ -172,8 +202,24 @@ def stage_inputs(tmp_path_factory, smoke_world):
 
 def run_stage(folder, params, model, name):
     out, metrics = folder / name, folder / f"{name}.json"
-    stage.main(["--params", str(params), "--backbone", "main", "--model", str(model), "--index", str(folder / "index"),
-                "--train", str(folder / "train.jsonl"), "--out", str(out), "--metrics", str(metrics)])
+    stage.main(
+        [
+            "--params",
+            str(params),
+            "--backbone",
+            "main",
+            "--model",
+            str(model),
+            "--index",
+            str(folder / "index"),
+            "--train",
+            str(folder / "train.jsonl"),
+            "--out",
+            str(out),
+            "--metrics",
+            str(metrics),
+        ]
+    )
     return out, json.loads(metrics.read_text())
 
 
@@ -195,9 +241,10 @@ def test_stage_writes_a_loadable_merged_checkpoint_the_same_bytes_twice(stage_in
 def test_disabled_warm_start_copies_the_backbone_byte_for_byte(stage_inputs, tiny_backbone):
     folder, _ = stage_inputs
     cfg = load_config(write_params(folder / "off", {"warmstart": {"enabled": False}}))
-    metrics = warmstart(cfg, "main", tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy")
+    metrics = warmstart(
+        cfg, "main", tiny_backbone, folder / "no-index-needed", folder / "missing.jsonl", folder / "copy"
+    )
     assert metrics == {"enabled": False, "content_sha256": content_sha256(tiny_backbone)}
     names = sorted(p.name for p in tiny_backbone.iterdir())
     assert names and names == sorted(p.name for p in (folder / "copy").iterdir())
     assert all((tiny_backbone / n).read_bytes() == (folder / "copy" / n).read_bytes() for n in names)
-

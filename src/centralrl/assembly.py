@@ -21,8 +21,13 @@ from centralrl.models.backbone import load_backbone
 from centralrl.seeding import derive_seed
 
 
-def load_model(cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None = None,
-               device: torch.device | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(
+    cfg: Config,
+    backbone: str,
+    model_dir: str | Path,
+    adapters_dir: str | Path | None = None,
+    device: torch.device | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The checkpoint in `model_dir` in the dtype of `models.<backbone>`, with the trained adapters saved in
     `adapters_dir` if given, on `device` (default: `harness.device`)."""
     model, tokenizer = load_backbone(Path(model_dir), cfg.backbone(backbone).dtype)
@@ -37,8 +42,9 @@ def trained_policy(cfg: Config, backbone: str, model_dir: str | Path, adapters_d
     return open_policy(cfg.harness, model, tokenizer, adapters_of(model), model_dir)
 
 
-def fresh_policy(cfg: Config, arm: str, seed: int, backbone: str, model_dir: str | Path,
-                 device: torch.device) -> RolePolicy:
+def fresh_policy(
+    cfg: Config, arm: str, seed: int, backbone: str, model_dir: str | Path, device: torch.device
+) -> RolePolicy:
     """The policy a GRPO run starts from: the starting checkpoint on `device` with new LoRA adapters for the
     arm's trainable roles, initialised from `seed` alone, so every arm of a seed starts from the same weights."""
     spec = cfg.arm(arm)
@@ -51,5 +57,12 @@ def fresh_policy(cfg: Config, arm: str, seed: int, backbone: str, model_dir: str
 def run_settings(cfg: Config, greedy: bool, seed: int) -> RunSettings:
     """How a batch of episodes runs under `harness` and `retrieval.top_k`: greedy, or sampled from `seed`."""
     h = cfg.harness
-    return RunSettings(h.max_turns, h.max_new_tokens, h.passage_chars, cfg.retrieval.top_k, greedy=greedy,
-                       temperature=h.temperature, seed=seed)
+    return RunSettings(
+        h.max_turns,
+        h.max_new_tokens,
+        h.passage_chars,
+        cfg.retrieval.top_k,
+        greedy=greedy,
+        temperature=h.temperature,
+        seed=seed,
+    )

@@ -19,7 +19,13 @@ from dataclasses import asdict
 from centralrl.config import Config
 from centralrl.errors import DataError
 from centralrl.stats import (
-    VERDICT_RULE, Interval, macro_bootstrap_ci, paired_difference_ci, paired_permutation_pvalue, seed_spread, verdict,
+    VERDICT_RULE,
+    Interval,
+    macro_bootstrap_ci,
+    paired_difference_ci,
+    paired_permutation_pvalue,
+    seed_spread,
+    verdict,
 )
 
 METRICS = ("f1", "acc", "em")
@@ -42,7 +48,9 @@ def check_same_questions(records: Mapping[str, Sequence[dict]]) -> None:
     first, expected = next(iter(ids.items()))
     for name, got in ids.items():
         if got != expected:
-            raise DataError(f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}); rerun its evaluation")
+            raise DataError(
+                f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}); rerun its evaluation"
+            )
 
 
 def cell_scores(records: Sequence[dict], cfg: Config) -> dict:
@@ -53,8 +61,10 @@ def cell_scores(records: Sequence[dict], cfg: Config) -> dict:
         groups = score_groups(records, metric)
         out[metric] = {
             "macro": macro_bootstrap_ci(groups, seed=c.seed, resamples=c.resamples, level=c.level).as_dict(),
-            "benchmarks": {b: macro_bootstrap_ci({b: v}, seed=c.seed, resamples=c.resamples, level=c.level).as_dict()
-                           for b, v in groups.items()},
+            "benchmarks": {
+                b: macro_bootstrap_ci({b: v}, seed=c.seed, resamples=c.resamples, level=c.level).as_dict()
+                for b, v in groups.items()
+            },
             "questions": {b: len(v) for b, v in groups.items()},
         }
     return out
@@ -69,21 +79,33 @@ def paired(a: Sequence[dict], b: Sequence[dict], cfg: Config) -> dict:
         out[metric] = {
             "macro": paired_difference_ci(ga, gb, seed=c.seed, resamples=c.resamples, level=c.level).as_dict(),
             "p_value": paired_permutation_pvalue(ga, gb, seed=c.seed, permutations=c.permutations),
-            "benchmarks": {bench: paired_difference_ci({bench: ga[bench]}, {bench: gb[bench]}, seed=c.seed,
-                                                       resamples=c.resamples, level=c.level).as_dict() for bench in ga},
+            "benchmarks": {
+                bench: paired_difference_ci(
+                    {bench: ga[bench]}, {bench: gb[bench]}, seed=c.seed, resamples=c.resamples, level=c.level
+                ).as_dict()
+                for bench in ga
+            },
         }
     return out
 
 
-def budget_comparison(cfg: Config, records: Mapping[str, Mapping[int, Sequence[dict]]], cuts: Mapping[str, Mapping[int, dict]]) -> dict:
+def budget_comparison(
+    cfg: Config, records: Mapping[str, Mapping[int, Sequence[dict]]], cuts: Mapping[str, Mapping[int, dict]]
+) -> dict:
     """One budget on one backbone: every arm's scores and spending per seed, the claim's paired differences,
     their spread over seeds and the verdict per metric. records[arm][seed], cuts[arm][seed] (budgets.json)."""
     first, second = cfg.claim
-    arms = {arm: {"seeds": {seed: {**cuts[arm][seed], "scores": cell_scores(records[arm][seed], cfg)}
-                            for seed in cfg.seeds}} for arm in cfg.arms}
+    arms = {
+        arm: {
+            "seeds": {seed: {**cuts[arm][seed], "scores": cell_scores(records[arm][seed], cfg)} for seed in cfg.seeds}
+        }
+        for arm in cfg.arms
+    }
     for arm, row in arms.items():
-        row["spread"] = {m: asdict(seed_spread([s["scores"][m]["macro"]["estimate"] for s in row["seeds"].values()]))
-                         for m in METRICS}
+        row["spread"] = {
+            m: asdict(seed_spread([s["scores"][m]["macro"]["estimate"] for s in row["seeds"].values()]))
+            for m in METRICS
+        }
     differences = {seed: paired(records[first][seed], records[second][seed], cfg) for seed in cfg.seeds}
     claim = {}
     for metric in METRICS:
@@ -105,16 +127,33 @@ def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: 
 
     records[backbone][arm][seed][budget], reference_records[backbone][reference], cuts[backbone][arm][seed][budget].
     """
-    out = {"claim": list(cfg.claim), "rule": VERDICT_RULE, "level": cfg.compare.level, "published": PUBLISHED, "backbones": {}}
+    out = {
+        "claim": list(cfg.claim),
+        "rule": VERDICT_RULE,
+        "level": cfg.compare.level,
+        "published": PUBLISHED,
+        "backbones": {},
+    }
     for backbone in cfg.backbones:
-        cells = {f"{arm}-seed{seed}-{budget}": records[backbone][arm][seed][budget]
-                 for arm in cfg.arms for seed in cfg.seeds for budget in cfg.budgets}
+        cells = {
+            f"{arm}-seed{seed}-{budget}": records[backbone][arm][seed][budget]
+            for arm in cfg.arms
+            for seed in cfg.seeds
+            for budget in cfg.budgets
+        }
         check_same_questions(cells | {ref: reference_records[backbone][ref] for ref in cfg.references})
         out["backbones"][backbone] = {
             "references": {ref: cell_scores(reference_records[backbone][ref], cfg) for ref in cfg.references},
-            "budgets": {budget: {"budget": cfg.budgets[budget].model_dump(exclude_none=True), **budget_comparison(
-                cfg, {arm: {s: records[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
-                {arm: {s: cuts[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms})}
-                for budget in cfg.budgets},
+            "budgets": {
+                budget: {
+                    "budget": cfg.budgets[budget].model_dump(exclude_none=True),
+                    **budget_comparison(
+                        cfg,
+                        {arm: {s: records[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
+                        {arm: {s: cuts[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
+                    ),
+                }
+                for budget in cfg.budgets
+            },
         }
     return out

@@ -95,7 +95,8 @@ def update_flops(shape: ModelShape, sequence_tokens: int, *, reference_forward: 
 
 
 class PhaseClock:
-    """Accumulates wall-clock seconds and process CPU seconds per named phase (e.g. "generation", "retrieval", "update", "evaluation")."""
+    """Accumulates wall-clock seconds and process CPU seconds per named phase (e.g. "generation", "retrieval",
+    "update", "evaluation")."""
 
     def __init__(self) -> None:
         self._wall: dict[str, float] = {}
@@ -126,9 +127,9 @@ def peak_memory() -> dict[str, float]:
     """Peak resident set size of this process, and peak accelerator memory when there is one."""
     out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # Linux: KiB
     if torch.cuda.is_available():
-        out["peak_accelerator_mb"] = sum(
-            torch.cuda.max_memory_allocated(device) for device in range(torch.cuda.device_count())
-        ) / 2**20
+        out["peak_accelerator_mb"] = (
+            sum(torch.cuda.max_memory_allocated(device) for device in range(torch.cuda.device_count())) / 2**20
+        )
     return out
 
 

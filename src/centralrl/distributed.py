@@ -44,8 +44,10 @@ class World:
         """The world this process was launched into; `processes` (params) must say how many there are."""
         launched = int(os.environ.get(LAUNCHED, "1"))
         if launched != processes:
-            raise ConfigError(f"train.processes is {processes} but this run was launched with {launched} process(es); "
-                              f"set -S train.processes={launched} so the params say how the run was made")
+            raise ConfigError(
+                f"train.processes is {processes} but this run was launched with {launched} process(es); "
+                f"set -S train.processes={launched} so the params say how the run was made"
+            )
         if processes == 1:
             return cls(device=pick_device(device))
         from accelerate import PartialState
@@ -129,9 +131,27 @@ def launch_command(processes: int, module: str, argv: Sequence[str], port: int |
     total number of processes; a stage launched that way does not relaunch itself.
     """
     port = free_port() if port is None else port
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-            "--num_machines", "1", "--main_process_ip", HOST, "--main_process_port", str(port),
-            "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module, *argv]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--main_process_ip",
+        HOST,
+        "--main_process_port",
+        str(port),
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        module,
+        *argv,
+    ]
 
 
 def launch(processes: int, module: str, argv: Sequence[str]) -> int:

@@ -70,17 +70,27 @@ def markdown_table(table: dict) -> str:
     for name, row in table.items():
         if name == "macro":
             continue
-        lines.append(f"| {name} | {row['questions']} | {100 * row['em']:.2f} | {100 * row['f1']:.2f} | {100 * row['acc']:.2f} "
-                     f"| {row['mean_turns']:.2f} | {row['forced_rate']:.2f} | {row['invalid_actions_per_question']:.2f} |")
+        lines.append(
+            f"| {name} | {row['questions']} | {100 * row['em']:.2f} | {100 * row['f1']:.2f} | {100 * row['acc']:.2f} "
+            f"| {row['mean_turns']:.2f} | {row['forced_rate']:.2f} | {row['invalid_actions_per_question']:.2f} |"
+        )
     macro = table["macro"]
-    lines.append(f"| **macro** | {macro['questions']} | {100 * macro['em']:.2f} | {100 * macro['f1']:.2f} | {100 * macro['acc']:.2f} | | | |")
+    lines.append(
+        f"| **macro** | {macro['questions']} | {100 * macro['em']:.2f} | {100 * macro['f1']:.2f} "
+        f"| {100 * macro['acc']:.2f} | | | |"
+    )
     return "\n".join(lines) + "\n"
 
 
 def transcript(episode: Episode) -> str:
     """A readable account of one episode: every role call's generated text, in order."""
     q = episode.question
-    lines = [f"### {q.id} ({q.benchmark})", f"**Question:** {q.question}", f"**Golden:** {' | '.join(q.golden_answers)}", ""]
+    lines = [
+        f"### {q.id} ({q.benchmark})",
+        f"**Question:** {q.question}",
+        f"**Golden:** {' | '.join(q.golden_answers)}",
+        "",
+    ]
     for call in episode.calls:
         flag = "" if call.valid else " (invalid)"
         lines.append(f"- turn {call.turn}, **{call.role}**{flag}: `{call.text.strip()}`")

@@ -39,8 +39,13 @@ def _temporary_prefix(target: Path) -> str:
 def _writer_gone(name: str) -> bool:
     """True for a temporary of ours whose writing process no longer exists."""
     parts = name.removesuffix(TEMP_SUFFIX).rsplit(".", 2)
-    return (name.startswith(".") and name.endswith(TEMP_SUFFIX) and len(parts) == 3 and parts[1].isdigit()
-            and not psutil.pid_exists(int(parts[1])))
+    return (
+        name.startswith(".")
+        and name.endswith(TEMP_SUFFIX)
+        and len(parts) == 3
+        and parts[1].isdigit()
+        and not psutil.pid_exists(int(parts[1]))
+    )
 
 
 def clean_stale_temporaries(folder: str | Path) -> list[Path]:
@@ -67,8 +72,10 @@ def _prepare(target: Path) -> None:
 def _raise_unwritable(error: OSError, target: Path) -> None:
     """Re-raise an OSError that says `target` cannot be written as an OutputError naming it."""
     if error.errno in UNWRITABLE:
-        raise OutputError(f"{target}: could not be written ({os.strerror(error.errno)}); "
-                          f"the previous version, if any, is left as it was") from error
+        raise OutputError(
+            f"{target}: could not be written ({os.strerror(error.errno)}); "
+            f"the previous version, if any, is left as it was"
+        ) from error
     raise error
 
 
@@ -167,8 +174,10 @@ def write_rows(handle: IO[str], rows: Iterable[dict], name: str | Path) -> int:
         try:
             line.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise DataError(f"{name}: row {row.get('id', count + 1)!r} has text UTF-8 cannot encode "
-                            f"({error.reason}: {error.object[error.start:error.end]!a}); fix or drop it") from None
+            raise DataError(
+                f"{name}: row {row.get('id', count + 1)!r} has text UTF-8 cannot encode "
+                f"({error.reason}: {error.object[error.start : error.end]!a}); fix or drop it"
+            ) from None
         handle.write(line + "\n")
         count += 1
     return count
@@ -209,8 +218,10 @@ def _decoded(raw: bytes, where: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise DataError(f"{where}: not UTF-8 (byte {raw[error.start]:#04x} at byte {error.start + 1} of the line); "
-                        f"convert the file to UTF-8") from None
+        raise DataError(
+            f"{where}: not UTF-8 (byte {raw[error.start]:#04x} at byte {error.start + 1} of the line); "
+            f"convert the file to UTF-8"
+        ) from None
 
 
 def _parsed(line: str, where: str) -> dict:
@@ -224,8 +235,10 @@ def _parsed(line: str, where: str) -> dict:
         try:
             dumps(row).encode("utf-8")
         except UnicodeEncodeError:
-            raise DataError(f"{where}: an escaped lone UTF-16 surrogate (\\ud800-\\udfff without its pair) "
-                            f"cannot be written as UTF-8") from None
+            raise DataError(
+                f"{where}: an escaped lone UTF-16 surrogate (\\ud800-\\udfff without its pair) "
+                f"cannot be written as UTF-8"
+            ) from None
     return row
 
 
@@ -239,7 +252,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 (byte {raw[error.start]:#04x}); convert the file to UTF-8") \
-            from None
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte {raw[error.start]:#04x}); convert the file to UTF-8"
+        ) from None
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column {error.colno})") from None

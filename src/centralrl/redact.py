@@ -21,7 +21,7 @@ _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/\s
 
 
 def _mask(match: re.Match) -> str:
-    has_password = ":" in match.group(0)[len(match.group("scheme")):]
+    has_password = ":" in match.group(0)[len(match.group("scheme")) :]
     user = match.group("user")
     return f"{match.group('scheme')}{user}:{MASK}@" if has_password and user else f"{match.group('scheme')}{MASK}@"
 

@@ -126,7 +126,9 @@ class Question:
             benchmark=_require(row, "benchmark", str, where),
             split=_require(row, "split", str, where),
             supporting_passage_ids=_strings(row.get("supporting_passage_ids", []), "supporting_passage_ids", where),
-            decomposition=tuple(SubQuestion.from_json(step, f"{where} decomposition[{i}]") for i, step in enumerate(steps)),
+            decomposition=tuple(
+                SubQuestion.from_json(step, f"{where} decomposition[{i}]") for i, step in enumerate(steps)
+            ),
         )
 
 

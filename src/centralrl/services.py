@@ -83,8 +83,10 @@ def check_port_free(port: int, name: str, host: str = HOST) -> None:
         try:
             probe.bind((host, port))
         except OSError as err:
-            raise ServiceError(f"{name}: port {port} on {host} is already in use ({err.strerror}); stop what holds it "
-                               f"or pick another port (--{name.lower()}-port)") from None
+            raise ServiceError(
+                f"{name}: port {port} on {host} is already in use ({err.strerror}); stop what holds it "
+                f"or pick another port (--{name.lower()}-port)"
+            ) from None
 
 
 def free_port(host: str = HOST) -> int:
@@ -99,19 +101,34 @@ def _spawn(name: str, command: list[str], env: dict[str, str], url: str, health:
     It is SIGKILLed when this process exits, whatever kills it, so no server outlives its starter."""
     log = Path(log_dir) / f"{name.lower()}.log"
     with open(log, "wb") as handle:
-        process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, preexec_fn=tied_to_this_process())
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=tied_to_this_process(),
+        )
     return Service(name, url, url + health, process, log)
 
 
-def start_prefect(port: int = 4200, home: str | Path | None = None, log_dir: str | Path | None = None,
-                  host: str = HOST, api_only: bool = False) -> Service:
+def start_prefect(
+    port: int = 4200,
+    home: str | Path | None = None,
+    log_dir: str | Path | None = None,
+    host: str = HOST,
+    api_only: bool = False,
+) -> Service:
     """`prefect server start` on host:port; `home` sets PREFECT_HOME (its database), None keeps the caller's;
     `api_only`: no UI and no background services (a stage's own server: starts faster, does less)."""
     check_port_free(port, "Prefect", host)
     # the UI's browser code calls PREFECT_UI_API_URL, which defaults to port 4200 whatever port the server has
-    env = os.environ | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_API_URL": f"http://{host}:{port}/api",
-                        "PREFECT_SERVER_UI_ENABLED": str(not api_only).lower()}
+    env = os.environ | {
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_API_URL": f"http://{host}:{port}/api",
+        "PREFECT_SERVER_UI_ENABLED": str(not api_only).lower(),
+    }
     env.pop("PREFECT_API_URL", None)  # the server must not think it is a client of another server
     if home is not None:
         env["PREFECT_HOME"] = str(Path(home).resolve())
@@ -145,15 +162,31 @@ def stage_prefect_server(timeout: float = 120.0) -> Iterator[str]:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def start_mlflow(port: int = 5000, store_uri: str = "sqlite:///mlflow.db", artifacts: str | Path = "mlartifacts",
-                 log_dir: str | Path | None = None, host: str = HOST) -> Service:
+def start_mlflow(
+    port: int = 5000,
+    store_uri: str = "sqlite:///mlflow.db",
+    artifacts: str | Path = "mlartifacts",
+    log_dir: str | Path | None = None,
+    host: str = HOST,
+) -> Service:
     """`mlflow server` on host:port with one worker, the given backend store and proxied artifacts folder."""
     check_port_free(port, "MLflow", host)
     if store_uri.startswith("file:") or "://" not in store_uri:
-        raise ServiceError(f"MLflow: store {redact(store_uri)!r} is a file store, which MLflow 3 refuses; "
-                           "use sqlite:///PATH")
-    command = [executable("mlflow"), "server", "--host", host, "--port", str(port), "--workers", "1",
-               "--artifacts-destination", str(Path(artifacts).resolve())]
+        raise ServiceError(
+            f"MLflow: store {redact(store_uri)!r} is a file store, which MLflow 3 refuses; use sqlite:///PATH"
+        )
+    command = [
+        executable("mlflow"),
+        "server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--artifacts-destination",
+        str(Path(artifacts).resolve()),
+    ]
     env = os.environ | {"MLFLOW_BACKEND_STORE_URI": store_uri}  # not an argument: `ps` would show its password
     return _spawn("MLflow", command, env, f"http://{host}:{port}", "/health", Path(log_dir or tempfile.mkdtemp()))
 
@@ -172,13 +205,17 @@ def wait_healthy(service: Service, timeout: float = 90.0, interval: float = 0.5)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.process.poll() is not None:
-            raise ServiceError(f"{service.name} exited during start-up (code {service.process.returncode}); "
-                               f"last lines of {service.log}:\n{service.tail()}")
+            raise ServiceError(
+                f"{service.name} exited during start-up (code {service.process.returncode}); "
+                f"last lines of {service.log}:\n{service.tail()}"
+            )
         if answers(service.health_url):
             return
         time.sleep(interval)
-    raise ServiceError(f"{service.name} did not answer {service.health_url} within {timeout:.0f} s; "
-                       f"last lines of {service.log}:\n{service.tail()}")
+    raise ServiceError(
+        f"{service.name} did not answer {service.health_url} within {timeout:.0f} s; "
+        f"last lines of {service.log}:\n{service.tail()}"
+    )
 
 
 def stop(service: Service, timeout: float = 15.0) -> int | None:
@@ -218,11 +255,20 @@ Ctrl-C stops both servers.
 """
 
 
-def ui(prefect_port: int, mlflow_port: int, store_uri: str, artifacts: str, prefect_home: str | None,
-       log_dir: str | None, timeout: float) -> int:
+def ui(
+    prefect_port: int,
+    mlflow_port: int,
+    store_uri: str,
+    artifacts: str,
+    prefect_home: str | None,
+    log_dir: str | None,
+    timeout: float,
+) -> int:
     """Start both servers, print where they are, wait for Ctrl-C / SIGTERM or a server's death; stop both."""
-    previous = {sig: signal.signal(sig, handler) for sig, handler in ((signal.SIGTERM, _raise_shutdown),
-                                                                      (signal.SIGINT, signal.default_int_handler))}
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in ((signal.SIGTERM, _raise_shutdown), (signal.SIGINT, signal.default_int_handler))
+    }
     log_dir = log_dir or tempfile.mkdtemp(prefix="centralrl-services-")
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     started: list[Service] = []
@@ -237,8 +283,10 @@ def ui(prefect_port: int, mlflow_port: int, store_uri: str, artifacts: str, pref
         while True:
             for service in started:
                 if service.process.poll() is not None:
-                    raise ServiceError(f"{service.name} stopped unexpectedly (code {service.process.returncode}); "
-                                       f"last lines of {service.log}:\n{service.tail()}")
+                    raise ServiceError(
+                        f"{service.name} stopped unexpectedly (code {service.process.returncode}); "
+                        f"last lines of {service.log}:\n{service.tail()}"
+                    )
             time.sleep(1.0)
     except (KeyboardInterrupt, _Shutdown):
         print("stopping the servers ...", flush=True)
@@ -258,23 +306,44 @@ def ui(prefect_port: int, mlflow_port: int, store_uri: str, artifacts: str, pref
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m centralrl.services", description="\n\n".join(__doc__.split("\n\n")[:2]),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m centralrl.services",
+        description="\n\n".join(__doc__.split("\n\n")[:2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("ui", help="start the Prefect and MLflow servers on 127.0.0.1 until Ctrl-C")
     run.add_argument("--prefect-port", type=int, default=4200, help="Prefect server port (default 4200)")
     run.add_argument("--mlflow-port", type=int, default=5000, help="MLflow server port (default 5000)")
-    run.add_argument("--mlflow-store", default="sqlite:///mlflow.db",
-                     help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)")
-    run.add_argument("--mlflow-artifacts", default="mlartifacts",
-                     help="folder for artifacts logged through the server (default ./mlartifacts)")
-    run.add_argument("--prefect-home", default=None,
-                     help="PREFECT_HOME of the server (its sqlite database); default: the environment's (~/.prefect)")
+    run.add_argument(
+        "--mlflow-store",
+        default="sqlite:///mlflow.db",
+        help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)",
+    )
+    run.add_argument(
+        "--mlflow-artifacts",
+        default="mlartifacts",
+        help="folder for artifacts logged through the server (default ./mlartifacts)",
+    )
+    run.add_argument(
+        "--prefect-home",
+        default=None,
+        help="PREFECT_HOME of the server (its sqlite database); default: the environment's (~/.prefect)",
+    )
     run.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temporary folder)")
-    run.add_argument("--timeout", type=float, default=120.0, help="seconds each server may take to answer (default 120)")
+    run.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds each server may take to answer (default 120)"
+    )
     args = parser.parse_args(argv)
-    return ui(args.prefect_port, args.mlflow_port, args.mlflow_store, args.mlflow_artifacts, args.prefect_home,
-              args.log_dir, args.timeout)
+    return ui(
+        args.prefect_port,
+        args.mlflow_port,
+        args.mlflow_store,
+        args.mlflow_artifacts,
+        args.prefect_home,
+        args.log_dir,
+        args.timeout,
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,9 @@ def experiment_key(cfg: Config) -> str:
 def _git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return f"{head}-dirty" if dirty else head
@@ -62,8 +63,12 @@ def _git_commit() -> str:
 def cell_tags(cfg: Config, **cell: Any) -> dict[str, str]:
     """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, dvc.lock hash."""
     lock = Path("dvc.lock")
-    return {**{k: str(v) for k, v in cell.items()}, "profile": cfg.profile, "git_commit": _git_commit(),
-            "dvc_lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else "none"}
+    return {
+        **{k: str(v) for k, v in cell.items()},
+        "profile": cfg.profile,
+        "git_commit": _git_commit(),
+        "dvc_lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else "none",
+    }
 
 
 class Tracker(Protocol):
@@ -109,11 +114,14 @@ class MlflowTracker:
     def parent_run(self, cfg: Config) -> str:
         """The id of the experiment's parent run, created (finished, holding the params) if it is not there yet."""
         key = experiment_key(cfg)
-        found = self.mlflow.search_runs([self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{key}'",
-                                        max_results=1, output_format="list")
+        found = self.mlflow.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{key}'", max_results=1, output_format="list"
+        )
         if found:
             return found[0].info.run_id
-        with self.mlflow.start_run(run_name=f"{cfg.profile} {key[:8]}", tags={PARENT_TAG: key, "profile": cfg.profile}) as run:
+        with self.mlflow.start_run(
+            run_name=f"{cfg.profile} {key[:8]}", tags={PARENT_TAG: key, "profile": cfg.profile}
+        ) as run:
             self.mlflow.log_params(flatten(cfg.model_dump(mode="json")))
         return run.info.run_id
 
@@ -122,8 +130,9 @@ class MlflowTracker:
         nested = self.mlflow.active_run() is not None
         tags = {k: redact(v) for k, v in (tags or {}).items()}
         tags |= {"mlflow.parentRunId": self.parent_run(parent)} if parent is not None else {}
-        with self.mlflow.start_run(run_name=name, tags=tags, nested=nested,
-                                   log_system_metrics=self.system_metrics and not nested) as active:
+        with self.mlflow.start_run(
+            run_name=name, tags=tags, nested=nested, log_system_metrics=self.system_metrics and not nested
+        ) as active:
             yield active
 
     def log_params(self, params: Mapping[str, Any]) -> None:

@@ -187,7 +187,9 @@ def _filtered_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
             yield row
     if not any(value.casefold() == source.source_filter.casefold() for value in seen):
         present = ", ".join(f"{value} ({n})" for value, n in sorted(seen.items()))
-        raise DataError(f"{resolve(source.path, root)}: no row has source {source.source_filter!r}; present: {present}")
+        raise DataError(
+            f"{resolve(source.path, root)}: no row has source {source.source_filter!r}; present: {present}"
+        )
 
 
 # --- one converter per question kind ---------------------------------------------------------------------
@@ -249,8 +251,11 @@ def searchr1_question(row: Row, source: QuestionSource) -> Converted:
 
 def _is_title_sentences(item: Any) -> bool:
     return (
-        isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        and isinstance(item[1], list) and all(isinstance(s, str) for s in item[1])
+        isinstance(item, list)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], list)
+        and all(isinstance(s, str) for s in item[1])
     )
 
 

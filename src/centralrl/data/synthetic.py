@@ -63,37 +63,163 @@ Value = Ref | int  # a fact's value: an entity or a year
 
 # --- names -------------------------------------------------------------------------------------------------
 
-ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-          "br", "dr", "gr", "kr", "tr", "th", "sh", "st")
+ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "gr",
+    "kr",
+    "tr",
+    "th",
+    "sh",
+    "st",
+)
 SINGLE_ONSETS = tuple(onset for onset in ONSETS if len(onset) == 1)
 VOWELS = ("a", "e", "i", "o", "u")
 CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "sh")
 # Invented words containing these are rejected: real words that would read as offensive or as real names.
-BLOCKED = ("penis", "anal", "anus", "cum", "sex", "nazi", "rape", "shit", "fuck", "cock", "dick", "tit", "porn", "slut",
-           "whore", "hore", "kill", "koran", "bible", "jesu", "allah", "satan", "nig", "fag", "kike", "spic", "coon",
-           "pis", "poo", "pee", "butt", "ass", "bum", "fart", "homo", "gay", "lesb", "dildo", "vagin", "boob", "nude",
-           "hitler")
-SIMILAR_CONSONANTS = {"n": "m", "m": "n", "r": "l", "l": "r", "k": "g", "g": "k", "t": "d", "d": "t",
-                      "s": "z", "z": "s", "v": "f", "f": "v", "b": "p", "p": "b"}
+BLOCKED = (
+    "penis",
+    "anal",
+    "anus",
+    "cum",
+    "sex",
+    "nazi",
+    "rape",
+    "shit",
+    "fuck",
+    "cock",
+    "dick",
+    "tit",
+    "porn",
+    "slut",
+    "whore",
+    "hore",
+    "kill",
+    "koran",
+    "bible",
+    "jesu",
+    "allah",
+    "satan",
+    "nig",
+    "fag",
+    "kike",
+    "spic",
+    "coon",
+    "pis",
+    "poo",
+    "pee",
+    "butt",
+    "ass",
+    "bum",
+    "fart",
+    "homo",
+    "gay",
+    "lesb",
+    "dildo",
+    "vagin",
+    "boob",
+    "nude",
+    "hitler",
+)
+SIMILAR_CONSONANTS = {
+    "n": "m",
+    "m": "n",
+    "r": "l",
+    "l": "r",
+    "k": "g",
+    "g": "k",
+    "t": "d",
+    "d": "t",
+    "s": "z",
+    "z": "s",
+    "v": "f",
+    "f": "v",
+    "b": "p",
+    "p": "b",
+}
 
 CITY_SUFFIXES = ("", "", "", "a", "ra", "mar", "dor", "holm")
 COUNTRY_SUFFIXES = ("ia", "ania", "onia", "avia", "aria")
-OFFICIAL_FORMS = ("", "", "Republic of {n}", "Kingdom of {n}", "Federation of {n}", "Grand Duchy of {n}",
-                  "Commonwealth of {n}")
-UNIVERSITY_PATTERNS = ("{w} Institute", "{w} University", "University of {w}", "{w} College", "{w} Academy",
-                       "{w} Polytechnic")
+OFFICIAL_FORMS = (
+    "",
+    "",
+    "Republic of {n}",
+    "Kingdom of {n}",
+    "Federation of {n}",
+    "Grand Duchy of {n}",
+    "Commonwealth of {n}",
+)
+UNIVERSITY_PATTERNS = (
+    "{w} Institute",
+    "{w} University",
+    "University of {w}",
+    "{w} College",
+    "{w} Academy",
+    "{w} Polytechnic",
+)
 COMPANY_SUFFIXES = {  # name suffix -> industry
-    "Pictures": "film production", "Studios": "film production", "Films": "film production",
-    "Productions": "film production", "Media": "media", "Entertainment": "entertainment", "Group": "media",
+    "Pictures": "film production",
+    "Studios": "film production",
+    "Films": "film production",
+    "Productions": "film production",
+    "Media": "media",
+    "Entertainment": "entertainment",
+    "Group": "media",
     "Holdings": "holding",
 }
-FILM_NOUNS = ("Gate", "Tide", "Lantern", "Crown", "Harbour", "Orchard", "Winter", "Mirror", "Bridge", "Garden",
-              "Road", "Falcon", "River", "Lighthouse", "Ember", "Silence")
-FILM_PATTERNS = ("The {w} {noun}", "{w}'s {noun}", "The {noun} of {w}", "{noun} over {w}", "Return to {w}",
-                 "The Last {noun} of {w}")
+FILM_NOUNS = (
+    "Gate",
+    "Tide",
+    "Lantern",
+    "Crown",
+    "Harbour",
+    "Orchard",
+    "Winter",
+    "Mirror",
+    "Bridge",
+    "Garden",
+    "Road",
+    "Falcon",
+    "River",
+    "Lighthouse",
+    "Ember",
+    "Silence",
+)
+FILM_PATTERNS = (
+    "The {w} {noun}",
+    "{w}'s {noun}",
+    "The {noun} of {w}",
+    "{noun} over {w}",
+    "Return to {w}",
+    "The Last {noun} of {w}",
+)
 GENRES = ("drama", "thriller", "comedy", "science fiction", "historical drama", "mystery", "war", "romance")
-OCCUPATIONS = ("architect", "novelist", "physician", "historian", "engineer", "painter", "economist", "chemist",
-               "journalist", "composer")
+OCCUPATIONS = (
+    "architect",
+    "novelist",
+    "physician",
+    "historian",
+    "engineer",
+    "painter",
+    "economist",
+    "chemist",
+    "journalist",
+    "composer",
+)
 KIND_WORDS = {"city": "city", "country": "country", "university": "institution", "company": "company", "film": "film"}
 
 # --- prose -------------------------------------------------------------------------------------------------
@@ -222,28 +348,58 @@ class Relation:
 
 
 RELATIONS = (
-    Relation("person", "born_in", "city",
-             ("Where was {s} born?", "In which city was {s} born?"), ("the birthplace of {s}",)),
+    Relation(
+        "person", "born_in", "city", ("Where was {s} born?", "In which city was {s} born?"), ("the birthplace of {s}",)
+    ),
     Relation("person", "birth_year", "year", ("When was {s} born?", "In what year was {s} born?")),
-    Relation("person", "studied_at", "university",
-             ("Which university did {s} attend?", "Where did {s} study?"),
-             ("the alma mater of {s}", "the university attended by {s}")),
-    Relation("person", "married_to", "person",
-             ("Who is {s} married to?", "Who is the spouse of {s}?"), ("the spouse of {s}",)),
+    Relation(
+        "person",
+        "studied_at",
+        "university",
+        ("Which university did {s} attend?", "Where did {s} study?"),
+        ("the alma mater of {s}", "the university attended by {s}"),
+    ),
+    Relation(
+        "person",
+        "married_to",
+        "person",
+        ("Who is {s} married to?", "Who is the spouse of {s}?"),
+        ("the spouse of {s}",),
+    ),
     Relation("city", "located_in", "country", ("In which country is {s}?", "Which country is {s} in?")),
-    Relation("university", "located_in", "city",
-             ("In which city is {s} located?", "Where is {s} located?"), ("the city where {s} is located",)),
+    Relation(
+        "university",
+        "located_in",
+        "city",
+        ("In which city is {s} located?", "Where is {s} located?"),
+        ("the city where {s} is located",),
+    ),
     Relation("university", "year_founded", "year", ("When was {s} founded?", "In what year was {s} founded?")),
-    Relation("company", "founded_by", "person",
-             ("Who founded {s}?", "Who is the founder of {s}?"), ("the founder of {s}", "the person who founded {s}")),
-    Relation("company", "headquartered_in", "city",
-             ("In which city is {s} headquartered?", "Where is {s} based?"), ("the city where {s} is headquartered",)),
+    Relation(
+        "company",
+        "founded_by",
+        "person",
+        ("Who founded {s}?", "Who is the founder of {s}?"),
+        ("the founder of {s}", "the person who founded {s}"),
+    ),
+    Relation(
+        "company",
+        "headquartered_in",
+        "city",
+        ("In which city is {s} headquartered?", "Where is {s} based?"),
+        ("the city where {s} is headquartered",),
+    ),
     Relation("company", "year_founded", "year", ("When was {s} founded?", "In what year was {s} established?")),
-    Relation("film", "directed_by", "person",
-             ("Who directed {s}?", "Who is the director of {s}?"), ("the director of {s}",)),
-    Relation("film", "produced_by", "company",
-             ("Which company produced {s}?", "What company produced {s}?"),
-             ("the company that produced {s}", "the production company of {s}")),
+    Relation(
+        "film", "directed_by", "person", ("Who directed {s}?", "Who is the director of {s}?"), ("the director of {s}",)
+    ),
+    Relation(
+        "film",
+        "produced_by",
+        "company",
+        ("Which company produced {s}?", "What company produced {s}?"),
+        ("the company that produced {s}", "the production company of {s}"),
+    ),
     Relation("film", "release_year", "year", ("When was {s} released?", "In what year was {s} released?")),
 )
 REL = {relation.key: relation for relation in RELATIONS}
@@ -252,7 +408,9 @@ FUSED = {
     ("person.born_in", "city.located_in"): ("In which country was {s} born?",),
     ("university.located_in", "city.located_in"): ("In which country is {s} located?",),
     ("company.headquartered_in", "city.located_in"): (
-        "In which country is {s} headquartered?", "In which country is {s} based?"),
+        "In which country is {s} headquartered?",
+        "In which country is {s} based?",
+    ),
 }
 
 
@@ -268,43 +426,76 @@ class Comparison:
 
 
 COMPARISONS = (
-    Comparison("person", "person.birth_year",
-               ("Who was born earlier, {a} or {b}?", "Who is older, {a} or {b}?"),
-               ("Who was born later, {a} or {b}?", "Who is younger, {a} or {b}?")),
-    Comparison("film", "film.release_year",
-               ("Which film was released first, {a} or {b}?", "Which film came out earlier, {a} or {b}?"),
-               ("Which film was released more recently, {a} or {b}?", "Which film came out later, {a} or {b}?")),
-    Comparison("company", "company.year_founded",
-               ("Which company was founded first, {a} or {b}?", "Which company is older, {a} or {b}?"),
-               ("Which company was founded more recently, {a} or {b}?",)),
-    Comparison("university", "university.year_founded",
-               ("Which university was founded first, {a} or {b}?", "Which university is older, {a} or {b}?"),
-               ("Which university was founded more recently, {a} or {b}?",)),
+    Comparison(
+        "person",
+        "person.birth_year",
+        ("Who was born earlier, {a} or {b}?", "Who is older, {a} or {b}?"),
+        ("Who was born later, {a} or {b}?", "Who is younger, {a} or {b}?"),
+    ),
+    Comparison(
+        "film",
+        "film.release_year",
+        ("Which film was released first, {a} or {b}?", "Which film came out earlier, {a} or {b}?"),
+        ("Which film was released more recently, {a} or {b}?", "Which film came out later, {a} or {b}?"),
+    ),
+    Comparison(
+        "company",
+        "company.year_founded",
+        ("Which company was founded first, {a} or {b}?", "Which company is older, {a} or {b}?"),
+        ("Which company was founded more recently, {a} or {b}?",),
+    ),
+    Comparison(
+        "university",
+        "university.year_founded",
+        ("Which university was founded first, {a} or {b}?", "Which university is older, {a} or {b}?"),
+        ("Which university was founded more recently, {a} or {b}?",),
+    ),
 )
 BRIDGE_COMPARISONS = (
-    Comparison("film", "person.birth_year",
-               ("Which film has the director who was born earlier, {a} or {b}?",
-                "Which film's director is older, {a} or {b}?"),
-               ("Which film has the director who was born later, {a} or {b}?",
-                "Which film's director is younger, {a} or {b}?"),
-               "film.directed_by"),
-    Comparison("film", "company.year_founded",
-               ("Which film was produced by the company that was founded earlier, {a} or {b}?",),
-               ("Which film was produced by the company that was founded more recently, {a} or {b}?",),
-               "film.produced_by"),
-    Comparison("company", "person.birth_year",
-               ("Which company was founded by the person who was born earlier, {a} or {b}?",
-                "Which company's founder is older, {a} or {b}?"),
-               ("Which company's founder is younger, {a} or {b}?",),
-               "company.founded_by"),
-    Comparison("person", "university.year_founded",
-               ("Who attended the university that was founded earlier, {a} or {b}?",),
-               ("Who attended the university that was founded more recently, {a} or {b}?",),
-               "person.studied_at"),
-    Comparison("person", "person.birth_year",
-               ("Whose spouse was born earlier, {a} or {b}?",),
-               ("Whose spouse was born later, {a} or {b}?",),
-               "person.married_to"),
+    Comparison(
+        "film",
+        "person.birth_year",
+        (
+            "Which film has the director who was born earlier, {a} or {b}?",
+            "Which film's director is older, {a} or {b}?",
+        ),
+        (
+            "Which film has the director who was born later, {a} or {b}?",
+            "Which film's director is younger, {a} or {b}?",
+        ),
+        "film.directed_by",
+    ),
+    Comparison(
+        "film",
+        "company.year_founded",
+        ("Which film was produced by the company that was founded earlier, {a} or {b}?",),
+        ("Which film was produced by the company that was founded more recently, {a} or {b}?",),
+        "film.produced_by",
+    ),
+    Comparison(
+        "company",
+        "person.birth_year",
+        (
+            "Which company was founded by the person who was born earlier, {a} or {b}?",
+            "Which company's founder is older, {a} or {b}?",
+        ),
+        ("Which company's founder is younger, {a} or {b}?",),
+        "company.founded_by",
+    ),
+    Comparison(
+        "person",
+        "university.year_founded",
+        ("Who attended the university that was founded earlier, {a} or {b}?",),
+        ("Who attended the university that was founded more recently, {a} or {b}?",),
+        "person.studied_at",
+    ),
+    Comparison(
+        "person",
+        "person.birth_year",
+        ("Whose spouse was born earlier, {a} or {b}?",),
+        ("Whose spouse was born later, {a} or {b}?",),
+        "person.married_to",
+    ),
 )
 
 
@@ -345,11 +536,25 @@ def _a(noun: str) -> str:
 def _build_world(cfg: SyntheticConfig) -> World:
     rng = _derived(cfg.seed, "world")
     used: set[str] = set()
-    counts = {"country": cfg.n_countries, "city": cfg.n_cities, "university": cfg.n_universities,
-              "person": cfg.n_people, "company": cfg.n_companies, "film": cfg.n_films}
+    counts = {
+        "country": cfg.n_countries,
+        "city": cfg.n_cities,
+        "university": cfg.n_universities,
+        "person": cfg.n_people,
+        "company": cfg.n_companies,
+        "film": cfg.n_films,
+    }
     world = World({kind: _named_entities(rng, kind, counts[kind], cfg.lookalike_fraction, used) for kind in KINDS})
-    for assign in (_assign_cities, _assign_countries, _assign_universities, _assign_people, _assign_spouses,
-                   _assign_companies, _assign_films, _assign_occupations):
+    for assign in (
+        _assign_cities,
+        _assign_countries,
+        _assign_universities,
+        _assign_people,
+        _assign_spouses,
+        _assign_companies,
+        _assign_films,
+        _assign_occupations,
+    ):
         assign(rng, world)
     _assign_aliases(world)
     world.related = _related(world)
@@ -431,8 +636,9 @@ def _name_parts(rng: random.Random, kind: str, used: set[str]) -> tuple[str, str
 def _entity(kind: str, index: int, pattern: str, word: str, extra: str) -> Entity:
     """Names are unique because every invented word is: each name holds exactly one word no other name has."""
     name = pattern.format(w=word)
-    needs_the = kind == "university" and (name.endswith(("Institute", "Academy", "Polytechnic"))
-                                          or name.startswith("University of"))
+    needs_the = kind == "university" and (
+        name.endswith(("Institute", "Academy", "Polytechnic")) or name.startswith("University of")
+    )
     entity = Entity(kind, index, name, f"the {name}" if needs_the else name, word if kind == "person" else "")
     if kind == "film":
         entity.info["genre"] = extra
@@ -524,8 +730,9 @@ def _assign_occupations(rng: random.Random, world: World) -> None:
     directors = {film.facts["directed_by"] for film in world.entities["film"]}
     founders = {company.facts["founded_by"] for company in world.entities["company"]}
     for person in world.entities["person"]:
-        roles = [role for role, group in (("film director", directors), ("entrepreneur", founders))
-                 if person.ref in group]
+        roles = [
+            role for role, group in (("film director", directors), ("entrepreneur", founders)) if person.ref in group
+        ]
         person.info["occupation"] = " and ".join(roles) if roles else rng.choice(OCCUPATIONS)
 
 
@@ -569,11 +776,16 @@ def _passage(world: World, entity: Entity, rng: random.Random, n_distractors: in
 def _person_sentences(world: World, person: Entity, rng: random.Random) -> list[str]:
     facts, sur = person.facts, person.surname
     city, university = world.get(facts["born_in"]).name, world.get(facts["studied_at"]).mention
-    sentences = [f"{person.name} (born {facts['birth_year']}) is {_a(person.info['occupation'])}.", rng.choice((
-        f"{sur} was born in {city} and studied at {university}.",
-        f"Born in {city}, {sur} studied at {university}.",
-        f"{sur} was born in {city} and later attended {university}.",
-    ))]
+    sentences = [
+        f"{person.name} (born {facts['birth_year']}) is {_a(person.info['occupation'])}.",
+        rng.choice(
+            (
+                f"{sur} was born in {city} and studied at {university}.",
+                f"Born in {city}, {sur} studied at {university}.",
+                f"{sur} was born in {city} and later attended {university}.",
+            )
+        ),
+    ]
     if "married_to" in facts:
         spouse = world.get(facts["married_to"]).name
         sentences.append(rng.choice((f"{sur} is married to {spouse}.", f"{sur} married {spouse}.")))
@@ -599,37 +811,51 @@ def _country_sentences(world: World, country: Entity, rng: random.Random) -> lis
 def _university_sentences(world: World, university: Entity, rng: random.Random) -> list[str]:
     city, year = world.get(university.facts["located_in"]).name, university.facts["year_founded"]
     mention = university.mention
-    return [rng.choice((
-        f"{_cap(mention)} is a university in {city}, founded in {year}.",
-        f"{_cap(mention)} is a public university located in {city}. It was founded in {year}.",
-        f"Founded in {year}, {mention} is a university based in {city}.",
-    ))]
+    return [
+        rng.choice(
+            (
+                f"{_cap(mention)} is a university in {city}, founded in {year}.",
+                f"{_cap(mention)} is a public university located in {city}. It was founded in {year}.",
+                f"Founded in {year}, {mention} is a university based in {city}.",
+            )
+        )
+    ]
 
 
 def _company_sentences(world: World, company: Entity, rng: random.Random) -> list[str]:
     facts, kind = company.facts, _a(company.info["industry"])
     founder, city = world.get(facts["founded_by"]).name, world.get(facts["headquartered_in"]).name
     year = facts["year_founded"]
-    return rng.choice((
-        [f"{company.name} is {kind} company headquartered in {city}.", f"It was founded in {year} by {founder}."],
-        [f"Founded by {founder} in {year}, {company.name} is {kind} company based in {city}."],
-    ))
+    return rng.choice(
+        (
+            [f"{company.name} is {kind} company headquartered in {city}.", f"It was founded in {year} by {founder}."],
+            [f"Founded by {founder} in {year}, {company.name} is {kind} company based in {city}."],
+        )
+    )
 
 
 def _film_sentences(world: World, film: Entity, rng: random.Random) -> list[str]:
     facts, genre = film.facts, film.info["genre"]
     director, company = world.get(facts["directed_by"]).name, world.get(facts["produced_by"]).name
     year = facts["release_year"]
-    return rng.choice((
-        [f"{film.name} is {_a(genre)} film directed by {director} and produced by {company}.",
-         f"It was released in {year}."],
-        [f"{film.name} is a {year} {genre} film directed by {director}.", f"It was produced by {company}."],
-    ))
+    return rng.choice(
+        (
+            [
+                f"{film.name} is {_a(genre)} film directed by {director} and produced by {company}.",
+                f"It was released in {year}.",
+            ],
+            [f"{film.name} is a {year} {genre} film directed by {director}.", f"It was produced by {company}."],
+        )
+    )
 
 
 FACT_SENTENCES: dict[str, Callable[[World, Entity, random.Random], list[str]]] = {
-    "person": _person_sentences, "city": _city_sentences, "country": _country_sentences,
-    "university": _university_sentences, "company": _company_sentences, "film": _film_sentences,
+    "person": _person_sentences,
+    "city": _city_sentences,
+    "country": _country_sentences,
+    "university": _university_sentences,
+    "company": _company_sentences,
+    "film": _film_sentences,
 }
 
 
@@ -683,8 +909,11 @@ def _questions_of_type(world: World, qtype: str, cfg: SyntheticConfig, seen: set
             f"or lower train_per_type/test_per_type"
         )
     test, train = drafts[: cfg.test_per_type], drafts[cfg.test_per_type :]
-    return [_question(qtype, split, i, draft) for split, part in (("train", train), ("test", test))
-            for i, draft in enumerate(part)]
+    return [
+        _question(qtype, split, i, draft)
+        for split, part in (("train", train), ("test", test))
+        for i, draft in enumerate(part)
+    ]
 
 
 def _question(qtype: str, split: str, index: int, draft: Draft) -> Question:
@@ -722,8 +951,12 @@ def _paths(hops: int) -> list[tuple[Relation, ...]]:
     """Every chain of `hops` relations whose types connect; never spouse of spouse."""
     paths = [(relation,) for relation in RELATIONS]
     for _ in range(hops - 1):
-        paths = [path + (nxt,) for path in paths for nxt in RELATIONS
-                 if nxt.subject == path[-1].target and not (nxt.name == path[-1].name == "married_to")]
+        paths = [
+            path + (nxt,)
+            for path in paths
+            for nxt in RELATIONS
+            if nxt.subject == path[-1].target and not (nxt.name == path[-1].name == "married_to")
+        ]
     return paths
 
 
@@ -786,8 +1019,11 @@ def _comparison_candidates(world: World, specs: tuple[Comparison, ...]) -> Candi
     groups = {}
     for spec in specs:
         year = REL[spec.year].name
-        reached = {entity.index: compared for entity in world.entities[spec.kind]
-                   if (compared := _compared(world, spec, entity)) and year in compared.facts}
+        reached = {
+            entity.index: compared
+            for entity in world.entities[spec.kind]
+            if (compared := _compared(world, spec, entity)) and year in compared.facts
+        }
         pairs = [
             partial(_comparison_draft, world, spec, world.entities[spec.kind][a], world.entities[spec.kind][b])
             for a, b in combinations(sorted(reached), 2)

@@ -55,7 +55,7 @@ def fit_prompt(prompt: Sequence[int], limit: int) -> list[int]:
     if len(prompt) <= limit:
         return list(prompt)
     head = limit // 2
-    return list(prompt[:head]) + list(prompt[len(prompt) - (limit - head):])
+    return list(prompt[:head]) + list(prompt[len(prompt) - (limit - head) :])
 
 
 def pick_device(requested: str) -> torch.device:
@@ -67,8 +67,14 @@ def pick_device(requested: str) -> torch.device:
 class RolePolicy:
     """The generation side of the harness: one backbone, role adapters, batched sampling or greedy decoding."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapters: dict[str, str | None],
-                 batch_size: int = 16, clock: PhaseClock | None = None) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        adapters: dict[str, str | None],
+        batch_size: int = 16,
+        clock: PhaseClock | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.adapters = adapters
@@ -86,16 +92,25 @@ class RolePolicy:
         """Each prompt cut (`fit_prompt`) so that it and `max_new_tokens` new tokens fit the context."""
         limit = self.context - max_new_tokens
         if limit < 1:
-            raise BackboneError(f"harness.max_new_tokens.{role} ({max_new_tokens}) leaves no room for a prompt in the "
-                                f"backbone's context of {self.context} positions")
+            raise BackboneError(
+                f"harness.max_new_tokens.{role} ({max_new_tokens}) leaves no room for a prompt in the "
+                f"backbone's context of {self.context} positions"
+            )
         return [fit_prompt(prompt, limit) for prompt in prompts]
 
     def weights_changed(self) -> None:
         """The trainer calls this after every optimizer step and after restoring a state; an engine that holds
         its own copy of the adapters re-syncs them before its next generation. Here the model is used directly."""
 
-    def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
-                 temperature: float = 1.0, seed: int = 0) -> list[Generation]:
+    def generate(
+        self,
+        role: str,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        greedy: bool,
+        temperature: float = 1.0,
+        seed: int = 0,
+    ) -> list[Generation]:
         results: list[Generation] = []
         prompts = self.fit_prompts(role, prompts, max_new_tokens)
         with self.clock.phase("generation"):
@@ -106,17 +121,25 @@ class RolePolicy:
         return results
 
     @torch.no_grad()
-    def _generate_batch(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
-                        temperature: float) -> list[Generation]:
+    def _generate_batch(
+        self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool, temperature: float
+    ) -> list[Generation]:
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         # An explicit config, so a checkpoint's own defaults (SmolLM2 ships top_p/temperature) never leak in.
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=1.0 if greedy else temperature,
-            top_k=None if greedy else 0, top_p=1.0, pad_token_id=pad, eos_token_id=self.tokenizer.eos_token_id,
-            stop_strings=STOP_STRINGS.get(role), output_scores=True, return_dict_in_generate=True,
+            max_new_tokens=max_new_tokens,
+            do_sample=not greedy,
+            temperature=1.0 if greedy else temperature,
+            top_k=None if greedy else 0,
+            top_p=1.0,
+            pad_token_id=pad,
+            eos_token_id=self.tokenizer.eos_token_id,
+            stop_strings=STOP_STRINGS.get(role),
+            output_scores=True,
+            return_dict_in_generate=True,
         )
         with acting_as(self.model, self.adapters.get(role)):
             out = self.model.generate(
@@ -125,12 +148,15 @@ class RolePolicy:
         generated = out.sequences[:, width:]
         logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
         chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-        return [trim_generation(self.tokenizer, prompt, generated[i].tolist(), chosen[i].tolist(), role)
-                for i, prompt in enumerate(prompts)]
+        return [
+            trim_generation(self.tokenizer, prompt, generated[i].tolist(), chosen[i].tolist(), role)
+            for i, prompt in enumerate(prompts)
+        ]
 
 
-def trim_generation(tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], ids: list[int], logprobs: list[float],
-                    role: str) -> Generation:
+def trim_generation(
+    tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], ids: list[int], logprobs: list[float], role: str
+) -> Generation:
     """Cut a row after its end-of-sequence token or the token that completes a stop string."""
     stops = STOP_STRINGS.get(role, [])
     end = len(ids)
@@ -144,11 +170,19 @@ def trim_generation(tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], i
             end = position + 1
             break
     kept = ids[:end]
-    return Generation(tuple(prompt), tuple(kept), tuple(logprobs[:end]), tokenizer.decode(kept, skip_special_tokens=True))
+    return Generation(
+        tuple(prompt), tuple(kept), tuple(logprobs[:end]), tokenizer.decode(kept, skip_special_tokens=True)
+    )
 
 
-def open_policy(harness: HarnessConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                adapters: dict[str, str | None], model_dir: str | Path, clock: PhaseClock | None = None) -> RolePolicy:
+def open_policy(
+    harness: HarnessConfig,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    adapters: dict[str, str | None],
+    model_dir: str | Path,
+    clock: PhaseClock | None = None,
+) -> RolePolicy:
     """The generation engine `harness.engine` names, over `model` (already on its device, adapters attached).
 
     `model_dir` is the saved backbone `model` was loaded from (vLLM loads its own copy of it); the vLLM

@@ -22,7 +22,13 @@ from centralrl.config import RoleTokens
 from centralrl.harness import prompts as P
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.protocol import (
-    INVALID_CENTRAL_FEEDBACK, INVALID_SEARCH_FEEDBACK, PREFILL, parse_answer, parse_central, parse_note, parse_single_agent,
+    INVALID_CENTRAL_FEEDBACK,
+    INVALID_SEARCH_FEEDBACK,
+    PREFILL,
+    parse_answer,
+    parse_central,
+    parse_note,
+    parse_single_agent,
 )
 from centralrl.retrieval.base import Retriever
 from centralrl.schema import Question
@@ -62,8 +68,18 @@ class Episode:
     context_ids: list[int] = field(default_factory=list)  # single agent: its transcript after the chat prompt
 
     def record(self, policy: RolePolicy, role: str, turn: int, generation: Generation, valid: bool) -> None:
-        self.calls.append(RoleCall(role, policy.adapters.get(role), turn, generation.prompt_ids,
-                                   generation.completion_ids, generation.logprobs, generation.text, valid))
+        self.calls.append(
+            RoleCall(
+                role,
+                policy.adapters.get(role),
+                turn,
+                generation.prompt_ids,
+                generation.completion_ids,
+                generation.logprobs,
+                generation.text,
+                valid,
+            )
+        )
 
     def flops(self, shape: ModelShape) -> int:
         """Estimated FLOPs of generating this episode (every call's prompt and completion, padding excluded)."""
@@ -90,12 +106,19 @@ class RunSettings:
     seed: int = 0
 
 
-def _generate(policy: RolePolicy, role: str, prompts: list[list[int]], budget: int, s: RunSettings, *where) -> list[Generation]:
+def _generate(
+    policy: RolePolicy, role: str, prompts: list[list[int]], budget: int, s: RunSettings, *where
+) -> list[Generation]:
     return policy.generate(role, prompts, budget, s.greedy, s.temperature, derive_seed(s.seed, role, *where))
 
 
-def _central_turn(episodes: list[Episode], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int) -> None:
-    prompts = [policy.encode_chat(P.central_messages(e.question.question, e.notes, e.feedback), PREFILL["central"]) for e in episodes]
+def _central_turn(
+    episodes: list[Episode], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int
+) -> None:
+    prompts = [
+        policy.encode_chat(P.central_messages(e.question.question, e.notes, e.feedback), PREFILL["central"])
+        for e in episodes
+    ]
     asks: list[tuple[Episode, str]] = []
     for episode, generation in zip(episodes, _generate(policy, "central", prompts, s.max_new_tokens.central, s, turn)):
         action = parse_central(PREFILL["central"] + generation.text)
@@ -113,11 +136,15 @@ def _central_turn(episodes: list[Episode], policy: RolePolicy, retriever: Retrie
         _delegate(asks, policy, retriever, s, turn)
 
 
-def _delegate(asks: list[tuple[Episode, str]], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int) -> None:
+def _delegate(
+    asks: list[tuple[Episode, str]], policy: RolePolicy, retriever: Retriever, s: RunSettings, turn: int
+) -> None:
     with policy.clock.phase("retrieval"):
         results = retriever.search([question for _, question in asks], s.top_k)
-    prompts = [policy.encode_chat(P.retrieval_messages(q, hits, s.passage_chars), PREFILL["retrieval"])
-               for (_, q), hits in zip(asks, results)]
+    prompts = [
+        policy.encode_chat(P.retrieval_messages(q, hits, s.passage_chars), PREFILL["retrieval"])
+        for (_, q), hits in zip(asks, results)
+    ]
     generations = _generate(policy, "retrieval", prompts, s.max_new_tokens.retrieval, s, turn)
     for (episode, question), hits, generation in zip(asks, results, generations):
         note, valid = parse_note(PREFILL["retrieval"] + generation.text)
@@ -126,7 +153,9 @@ def _delegate(asks: list[tuple[Episode, str]], policy: RolePolicy, retriever: Re
         episode.retrieved.append([hit.id for hit in hits])
 
 
-def run_central(questions: Sequence[Question], policy: RolePolicy, retriever: Retriever, s: RunSettings) -> list[Episode]:
+def run_central(
+    questions: Sequence[Question], policy: RolePolicy, retriever: Retriever, s: RunSettings
+) -> list[Episode]:
     episodes = [Episode(q) for q in questions]
     for turn in range(s.max_turns):
         live = [e for e in episodes if not e.concluded]
@@ -135,7 +164,10 @@ def run_central(questions: Sequence[Question], policy: RolePolicy, retriever: Re
         _central_turn(live, policy, retriever, s, turn)
     for episode in episodes:
         episode.forced = not episode.concluded
-    prompts = [policy.encode_chat(P.conclusion_messages(e.question.question, e.notes), PREFILL["conclusion"]) for e in episodes]
+    prompts = [
+        policy.encode_chat(P.conclusion_messages(e.question.question, e.notes), PREFILL["conclusion"])
+        for e in episodes
+    ]
     for episode, generation in zip(episodes, _generate(policy, "conclusion", prompts, s.max_new_tokens.conclusion, s)):
         episode.prediction, valid = parse_answer(PREFILL["conclusion"] + generation.text)
         episode.record(policy, "conclusion", s.max_turns, generation, valid)
@@ -146,8 +178,14 @@ def _encode(policy: RolePolicy, text: str) -> list[int]:
     return policy.tokenizer.encode(text, add_special_tokens=False)
 
 
-def _agent_step(episodes: list[Episode], base: dict[int, list[int]], policy: RolePolicy, retriever: Retriever,
-                s: RunSettings, step: int) -> None:
+def _agent_step(
+    episodes: list[Episode],
+    base: dict[int, list[int]],
+    policy: RolePolicy,
+    retriever: Retriever,
+    s: RunSettings,
+    step: int,
+) -> None:
     prompts = [base[id(e)] + e.context_ids for e in episodes]
     searches: list[tuple[Episode, str]] = []
     for episode, generation in zip(episodes, _generate(policy, "agent", prompts, s.max_new_tokens.agent, s, step)):
@@ -174,15 +212,21 @@ def _agent_step(episodes: list[Episode], base: dict[int, list[int]], policy: Rol
 def _force_answers(episodes: list[Episode], base: dict[int, list[int]], policy: RolePolicy, s: RunSettings) -> None:
     opener = _encode(policy, "\n<answer>")
     prompts = [base[id(e)] + e.context_ids + opener for e in episodes]
-    for episode, generation in zip(episodes, _generate(policy, "agent", prompts, s.max_new_tokens.conclusion, s, "forced")):
+    for episode, generation in zip(
+        episodes, _generate(policy, "agent", prompts, s.max_new_tokens.conclusion, s, "forced")
+    ):
         episode.prediction, _ = parse_answer("<answer>" + generation.text)
         episode.record(policy, "agent", s.max_turns, generation, bool(episode.prediction))
         episode.forced = True
 
 
-def run_single_agent(questions: Sequence[Question], policy: RolePolicy, retriever: Retriever, s: RunSettings) -> list[Episode]:
+def run_single_agent(
+    questions: Sequence[Question], policy: RolePolicy, retriever: Retriever, s: RunSettings
+) -> list[Episode]:
     episodes = [Episode(q) for q in questions]
-    base = {id(e): policy.encode_chat(P.single_agent_messages(e.question.question), PREFILL["agent"]) for e in episodes}
+    base = {
+        id(e): policy.encode_chat(P.single_agent_messages(e.question.question), PREFILL["agent"]) for e in episodes
+    }
     for step in range(s.max_turns):
         live = [e for e in episodes if not e.concluded]
         if not live:

@@ -2,7 +2,8 @@
 
 The prompts follow the harness of the central-agent paper in spirit (a coordinator that plans sub-questions,
 a retrieval worker that reads passages, a conclusion worker that answers) and Search-R1's template for the
-single-agent reference; the wording is ours, kept short for small backbones. No worked examples: a 135M model copies their entities.
+single-agent reference; the wording is ours, kept short for small backbones. No worked examples: a 135M model copies
+their entities.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ CENTRAL_SYSTEM = (
     "You coordinate a team that answers multi-hop questions. You cannot search yourself. Each turn, think "
     "briefly, then either ask the retrieval agent ONE focused sub-question or conclude when the notes answer "
     "the question.\n"
-    "Format: <think>reasoning</think><subquestion>question</subquestion> or <think>reasoning</think><conclude></conclude>"
+    "Format: <think>reasoning</think><subquestion>question</subquestion> or "
+    "<think>reasoning</think><conclude></conclude>"
 )
 RETRIEVAL_SYSTEM = (
     "You read passages and write a short evidence note that answers the sub-question, quoting the fact. If the "
@@ -66,7 +68,10 @@ def conclusion_messages(question: str, notes: Sequence[tuple[str, str]]) -> list
 
 
 def single_agent_messages(question: str) -> list[dict]:
-    return [{"role": "system", "content": SINGLE_AGENT_SYSTEM}, {"role": "user", "content": f"Question: {as_data(question)}"}]
+    return [
+        {"role": "system", "content": SINGLE_AGENT_SYSTEM},
+        {"role": "user", "content": f"Question: {as_data(question)}"},
+    ]
 
 
 def information_block(hits: Sequence[Hit], max_chars: int) -> str:

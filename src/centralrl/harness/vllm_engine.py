@@ -55,8 +55,7 @@ MIN_VLLM = "0.10.2"
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
 _ENGINES: dict[tuple, Any] = {}  # one vllm.LLM per engine arguments in this process (see the module docstring)
 _LORA_IDS = itertools.count(1)  # LoRA int ids (and names) unique in this process: vLLM caches adapters by id
-MISSING = ("harness.engine: vllm needs the optional gpu extra: pip install -e '.[gpu]' "
-           "(vLLM runs on CUDA GPUs only)")
+MISSING = "harness.engine: vllm needs the optional gpu extra: pip install -e '.[gpu]' (vLLM runs on CUDA GPUs only)"
 
 
 def vllm_problems() -> list[str]:
@@ -76,19 +75,28 @@ def vllm_problems() -> list[str]:
             problems.append(f"harness.engine: vllm needs vllm>={MIN_VLLM}, found {installed}: pip install -e '.[gpu]'")
     if not torch.cuda.is_available():
         build = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        problems.append(f"harness.engine: vllm needs a CUDA GPU, but torch {torch.__version__} ({build}) sees none; "
-                        "use harness.engine: transformers on this machine")
+        problems.append(
+            f"harness.engine: vllm needs a CUDA GPU, but torch {torch.__version__} ({build}) sees none; "
+            "use harness.engine: transformers on this machine"
+        )
     return problems
 
 
-def completion_to_generation(tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], token_ids: Sequence[int],
-                             logprobs: Sequence[dict[int, Any]] | None, role: str) -> Generation:
+def completion_to_generation(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Sequence[int],
+    token_ids: Sequence[int],
+    logprobs: Sequence[dict[int, Any]] | None,
+    role: str,
+) -> Generation:
     """A vLLM completion (its token ids and, per token, a dict token id -> Logprob) as the transformers engine's
     record: the chosen tokens' log-probs, cut by `trim_generation`."""
     ids = list(token_ids)
     if logprobs is None or len(logprobs) != len(ids):
-        raise BackboneError(f"vLLM returned {len(ids)} tokens but {None if logprobs is None else len(logprobs)} "
-                            "log-prob entries; the requests ask for logprobs=0")
+        raise BackboneError(
+            f"vLLM returned {len(ids)} tokens but {None if logprobs is None else len(logprobs)} "
+            "log-prob entries; the requests ask for logprobs=0"
+        )
     chosen = [float(step[token].logprob) for step, token in zip(logprobs, ids)]
     return trim_generation(tokenizer, prompt, ids, chosen, role)
 
@@ -109,8 +117,16 @@ def dtype_name(model: PreTrainedModel) -> str:
 class VllmRolePolicy(RolePolicy):
     """`RolePolicy` with generation on vLLM; adapters re-synced from the HF model after `weights_changed()`."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, adapters: dict[str, str | None],
-                 model_dir: str | Path, settings: VllmConfig, batch_size: int = 16, clock: PhaseClock | None = None) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        adapters: dict[str, str | None],
+        model_dir: str | Path,
+        settings: VllmConfig,
+        batch_size: int = 16,
+        clock: PhaseClock | None = None,
+    ) -> None:
         super().__init__(model, tokenizer, adapters, batch_size, clock)
         self.context = min(self.context, settings.max_model_len)
         problems = vllm_problems()
@@ -127,9 +143,16 @@ class VllmRolePolicy(RolePolicy):
                 raise BackboneError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank {LORA_RANKS[-1]}")
             lora = {"enable_lora": True, "max_lora_rank": fitting[0], "max_loras": len(names)}
         engine_args = dict(
-            model=str(Path(model_dir).resolve()), tokenizer=str(Path(model_dir).resolve()), dtype=dtype_name(model),
-            seed=0, gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=settings.max_model_len,
-            enforce_eager=settings.enforce_eager, logprobs_mode="processed_logprobs", generation_config="vllm", **lora,
+            model=str(Path(model_dir).resolve()),
+            tokenizer=str(Path(model_dir).resolve()),
+            dtype=dtype_name(model),
+            seed=0,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            enforce_eager=settings.enforce_eager,
+            logprobs_mode="processed_logprobs",
+            generation_config="vllm",
+            **lora,
         )
         key = tuple(sorted(engine_args.items()))
         if key not in _ENGINES:
@@ -158,8 +181,15 @@ class VllmRolePolicy(RolePolicy):
             requests[name] = LoRARequest(f"{name}-{int_id}", int_id, str(folder / name))
         self._requests = requests
 
-    def generate(self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool,
-                 temperature: float = 1.0, seed: int = 0) -> list[Generation]:
+    def generate(
+        self,
+        role: str,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        greedy: bool,
+        temperature: float = 1.0,
+        seed: int = 0,
+    ) -> list[Generation]:
         if not prompts:
             return []
         prompts = self.fit_prompts(role, prompts, max_new_tokens)
@@ -172,15 +202,24 @@ class VllmRolePolicy(RolePolicy):
             adapter = self.adapters.get(role)
             params = [
                 SamplingParams(
-                    temperature=0.0 if greedy else temperature, top_k=-1, top_p=1.0, max_tokens=max_new_tokens,
-                    seed=None if greedy else derive_seed(seed, role, index), stop=STOP_STRINGS.get(role),
-                    include_stop_str_in_output=True, logprobs=0,
+                    temperature=0.0 if greedy else temperature,
+                    top_k=-1,
+                    top_p=1.0,
+                    max_tokens=max_new_tokens,
+                    seed=None if greedy else derive_seed(seed, role, index),
+                    stop=STOP_STRINGS.get(role),
+                    include_stop_str_in_output=True,
+                    logprobs=0,
                 )
                 for index in range(len(prompts))
             ]
             outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts], params, use_tqdm=False,
+                [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts],
+                params,
+                use_tqdm=False,
                 lora_request=self._requests[adapter] if adapter else None,
             )
-        return [completion_to_generation(self.tokenizer, prompt, out.outputs[0].token_ids, out.outputs[0].logprobs, role)
-                for prompt, out in zip(prompts, outputs)]
+        return [
+            completion_to_generation(self.tokenizer, prompt, out.outputs[0].token_ids, out.outputs[0].logprobs, role)
+            for prompt, out in zip(prompts, outputs)
+        ]

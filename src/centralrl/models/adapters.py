@@ -45,8 +45,12 @@ def adapters_of(model: PreTrainedModel) -> dict[str, str | None]:
 
 def _peft_config(cfg: LoraConfig) -> PeftLoraConfig:
     return PeftLoraConfig(
-        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules),
-        bias="none", task_type="CAUSAL_LM",
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
     )
 
 
@@ -106,7 +110,9 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool
     folders = sorted(p for p in Path(directory).iterdir() if (p / "adapter_config.json").is_file())
     if not folders:
         return model
-    peft_model = PeftModel.from_pretrained(model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable)
+    peft_model = PeftModel.from_pretrained(
+        model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable
+    )
     for folder in folders[1:]:
         peft_model.load_adapter(str(folder), adapter_name=folder.name, is_trainable=trainable)
     return peft_model

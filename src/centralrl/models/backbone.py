@@ -317,9 +317,26 @@ population mayor border coast island lake sea ocean valley province district cou
 novel song album series season episode character role stage theatre music painting science medicine
 """.split()
 _TAGS = (
-    "<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<evidence>", "</evidence>",
-    "<sub-question>", "</sub-question>", "<information>", "</information>", "<passage>", "</passage>",
-    "<delegate>", "</delegate>", "<conclude>", "</conclude>", "<question>", "</question>",
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<evidence>",
+    "</evidence>",
+    "<sub-question>",
+    "</sub-question>",
+    "<information>",
+    "</information>",
+    "<passage>",
+    "</passage>",
+    "<delegate>",
+    "</delegate>",
+    "<conclude>",
+    "</conclude>",
+    "<question>",
+    "</question>",
 )
 _TEMPLATES = (
     "{p} was born in {c} in {y}.",

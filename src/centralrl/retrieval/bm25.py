@@ -58,11 +58,15 @@ class Bm25sIndex:
         self.stemming = stemming
 
     @classmethod
-    def build(cls, passages: Sequence[Passage], k1: float, b: float, stemming: bool, backend: str = "auto") -> Bm25sIndex:
+    def build(
+        cls, passages: Sequence[Passage], k1: float, b: float, stemming: bool, backend: str = "auto"
+    ) -> Bm25sIndex:
         if not passages:
             raise RetrievalError("cannot build a BM25 index over an empty corpus")
         model = bm25s.BM25(k1=k1, b=b, method="lucene", backend=resolve_backend(backend))
-        model.index(_with_sorted_vocab(tokenize([f"{p.title}\n{p.text}" for p in passages], stemming)), show_progress=False)
+        model.index(
+            _with_sorted_vocab(tokenize([f"{p.title}\n{p.text}" for p in passages], stemming)), show_progress=False
+        )
         return cls(model, list(passages), stemming)
 
     def save(self, directory: str | Path) -> None:
@@ -86,7 +90,9 @@ class Bm25sIndex:
         if not queries:
             return []
         k = min(k, len(self.passages))
-        documents, scores = self.model.retrieve(tokenize(queries, self.stemming), k=k, show_progress=False, n_threads=1)
+        documents, scores = self.model.retrieve(
+            tokenize(queries, self.stemming), k=k, show_progress=False, n_threads=1
+        )
         return [self._hits(row_docs, row_scores) for row_docs, row_scores in zip(documents, scores)]
 
     def _hits(self, documents: np.ndarray, scores: np.ndarray) -> list[Hit]:

@@ -66,8 +66,8 @@ HOW_TO_CONNECT = (
 def index_settings(k1: float, b: float, stemming: bool) -> dict:
     """Index settings: BM25 with the given k1/b as the default similarity and the analyzer matching bm25s.
 
-    >>> index_settings(1.2, 0.75, stemming=True)["analysis"]["analyzer"]
-    {'centralrl_bm25': {'type': 'custom', 'tokenizer': 'standard', 'filter': ['lowercase', 'centralrl_stop', 'centralrl_stem']}}
+    >>> index_settings(1.2, 0.75, stemming=True)["analysis"]["analyzer"]["centralrl_bm25"]
+    {'type': 'custom', 'tokenizer': 'standard', 'filter': ['lowercase', 'centralrl_stop', 'centralrl_stem']}
     """
     filters = ["lowercase", "centralrl_stop"] + (["centralrl_stem"] if stemming else [])
     return {
@@ -187,8 +187,12 @@ class ElasticsearchIndex:
     ) -> ElasticsearchIndex:
         """The index described by the `retrieval` section of params."""
         return cls(
-            retrieval.elasticsearch, retrieval.k1, retrieval.b, retrieval.stemming,
-            query_batch_size=retrieval.query_batch_size, sleep=sleep,
+            retrieval.elasticsearch,
+            retrieval.k1,
+            retrieval.b,
+            retrieval.stemming,
+            query_batch_size=retrieval.query_batch_size,
+            sleep=sleep,
         )
 
     @property
@@ -265,7 +269,10 @@ class ElasticsearchIndex:
         actions = ({"_op_type": "index", "_id": p.id, "_source": p.to_json()} for p in chunk)
         return list(
             streaming_bulk(
-                self.client, actions, chunk_size=len(chunk), index=self.index,
+                self.client,
+                actions,
+                chunk_size=len(chunk),
+                index=self.index,
                 raise_on_error=False,  # collect failed items and name the first one
                 raise_on_exception=True,  # connection errors reach the retry in `_call`
             )
@@ -296,10 +303,17 @@ class ElasticsearchIndex:
                         f"msearch on {self.index}: query {start + offset} ({batch[offset]!r}) failed with status "
                         f"{answer.get('status')}: {_item_reason(answer)}"
                     )
-                hits.append([
-                    Hit(id=h["_id"], title=h["_source"]["title"], text=h["_source"]["text"], score=float(h["_score"]))
-                    for h in answer["hits"]["hits"]
-                ])
+                hits.append(
+                    [
+                        Hit(
+                            id=h["_id"],
+                            title=h["_source"]["title"],
+                            text=h["_source"]["text"],
+                            score=float(h["_score"]),
+                        )
+                        for h in answer["hits"]["hits"]
+                    ]
+                )
         return hits
 
     def count(self) -> int:

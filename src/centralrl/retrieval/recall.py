@@ -33,7 +33,9 @@ def _mean(values: list[float]) -> float:
     return round(sum(values) / len(values), 6)
 
 
-def recall_table(questions: Sequence[Question], retriever: Retriever, ks: Sequence[int], batch_size: int = 256) -> dict:
+def recall_table(
+    questions: Sequence[Question], retriever: Retriever, ks: Sequence[int], batch_size: int = 256
+) -> dict:
     """{benchmark: {"questions": n, "with_passages": m, "recall@k": ..., "subquestion_recall@k": ...}}."""
     k_max = max(ks)
     with_gold = [q for q in questions if q.supporting_passage_ids]

@@ -42,8 +42,15 @@ def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprin
         save_adapters(trainer.policy.model, tmp / "adapters")
         torch.save(_trainer_state(trainer), tmp / "trainer.pt")
         write_jsonl(tmp / "history.jsonl", progress.history)
-        write_json(tmp / "meta.json", {"step": trainer.step, "fingerprint": fingerprint,
-                                       "wall_seconds": progress.wall_seconds, "cuts": progress.cuts})
+        write_json(
+            tmp / "meta.json",
+            {
+                "step": trainer.step,
+                "fingerprint": fingerprint,
+                "wall_seconds": progress.wall_seconds,
+                "cuts": progress.cuts,
+            },
+        )
     for old in sorted(state_dir.glob("step-*"))[:-1]:
         shutil.rmtree(old)
 
@@ -83,5 +90,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
 
 
 def _trainer_state(trainer: Trainer) -> dict:
-    return {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict(),
-            "torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    return {
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict(),
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }

@@ -61,8 +61,13 @@ def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[Pa
     """What makes a saved state resumable: the params that shape this run, the content of its inputs, and the
     code that runs it (a fix to the trainer must not resume a state the old trainer left)."""
     shaping = cfg.model_dump(include={"train", "lora", "harness", "budgets"}) | {
-        "arm": cfg.arm(arm).model_dump(), "seed": seed, "model": cfg.backbone(backbone).model_dump(),
-        "top_k": cfg.retrieval.top_k, "inputs": [_content_sha256(path) for path in inputs], "code": code}
+        "arm": cfg.arm(arm).model_dump(),
+        "seed": seed,
+        "model": cfg.backbone(backbone).model_dump(),
+        "top_k": cfg.retrieval.top_k,
+        "inputs": [_content_sha256(path) for path in inputs],
+        "code": code,
+    }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
 
 
@@ -72,18 +77,37 @@ def _content_sha256(path: Path) -> str:
 
 def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
     """What a run has spent after the steps in `history`, in every unit a budget can be stated in."""
-    return {"steps": float(len(history)),
-            "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
-            "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
-            "wall_seconds": wall_seconds}
+    return {
+        "steps": float(len(history)),
+        "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
+        "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
+        "wall_seconds": wall_seconds,
+    }
 
 
-def build_trainer(cfg: Config, arm: str, seed: int, backbone: str, model_dir: str, index_dir: str, train_path: str,
-                  state_dir: str, fingerprint: str, world: World) -> tuple[Trainer, Progress]:
+def build_trainer(
+    cfg: Config,
+    arm: str,
+    seed: int,
+    backbone: str,
+    model_dir: str,
+    index_dir: str,
+    train_path: str,
+    state_dir: str,
+    fingerprint: str,
+    world: World,
+) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
     policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
-    trainer = Trainer(cfg, policy, open_retriever(cfg.retrieval, index_dir), read_questions(train_path),
-                      cfg.arm(arm).topology, seed, world=world)
+    trainer = Trainer(
+        cfg,
+        policy,
+        open_retriever(cfg.retrieval, index_dir),
+        read_questions(train_path),
+        cfg.arm(arm).topology,
+        seed,
+        world=world,
+    )
     if not world.is_main:
         world.barrier()  # the main process first discards a state left by other params
     checkpoint = latest_state(Path(state_dir), fingerprint)
@@ -113,22 +137,29 @@ def cut_reached_budgets(cfg: Config, trainer: Trainer, progress: Progress, state
         if name not in progress.cuts and (final or budget.reached(spent)):
             if trainer.world.is_main:
                 save_cut(trainer, state_dir, name)
-            progress.cuts[name] = {"budget": budget.model_dump(exclude_none=True), "reached": budget.reached(spent),
-                                   "step": trainer.step,
-                                   "spent": {k: v for k, v in spent.items() if k != "wall_seconds"}}
+            progress.cuts[name] = {
+                "budget": budget.model_dump(exclude_none=True),
+                "reached": budget.reached(spent),
+                "step": trainer.step,
+                "spent": {k: v for k, v in spent.items() if k != "wall_seconds"},
+            }
 
 
 def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
     """The machine-dependent side of a step (MLflow only): wall and CPU seconds per phase, peak memory."""
     world = trainer.world
-    timing = trainer.policy.clock.totals() | peak_memory() | {
-        "step_seconds": seconds, "accelerator_hours": accelerator_hours(seconds, world.device, world.size)}
+    timing = (
+        trainer.policy.clock.totals()
+        | peak_memory()
+        | {"step_seconds": seconds, "accelerator_hours": accelerator_hours(seconds, world.device, world.size)}
+    )
     trainer.policy.clock.reset()
     return timing
 
 
-def run_steps(cfg: Config, trainer: Trainer, progress: Progress, state: Path, key: str, phases: Phases,
-              tracker: Tracker) -> None:
+def run_steps(
+    cfg: Config, trainer: Trainer, progress: Progress, state: Path, key: str, phases: Phases, tracker: Tracker
+) -> None:
     """Step until every budget is cut or `grpo.steps` is reached; only the main process writes."""
     while len(progress.cuts) < len(cfg.budgets) and trainer.step < cfg.train.grpo.steps:
         started = time.perf_counter()
@@ -145,24 +176,47 @@ def run_steps(cfg: Config, trainer: Trainer, progress: Progress, state: Path, ke
             phases.checkpoint(trainer, state, progress, key)
 
 
-def train_cell(params_path: str, arm: str, seed: int, backbone: str, model_dir: str, index_dir: str, train_path: str,
-               adapters_dir: str, budgets_path: str, state_dir: str, history_path: str, metrics_path: str,
-               entry: str, phases: Phases = PLAIN) -> dict:
+def train_cell(
+    params_path: str,
+    arm: str,
+    seed: int,
+    backbone: str,
+    model_dir: str,
+    index_dir: str,
+    train_path: str,
+    adapters_dir: str,
+    budgets_path: str,
+    state_dir: str,
+    history_path: str,
+    metrics_path: str,
+    entry: str,
+    phases: Phases = PLAIN,
+) -> dict:
     """One cell's run in this process: build or resume, step, and (main process only) log and write outputs.
     `entry` is the file of the stage that runs it: the code fingerprint starts there."""
     cfg = load_config(params_path)
     world = World.join(cfg.harness.device, cfg.train.processes)
     state = Path(state_dir)
-    key = fingerprint(cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)],
-                      code_sha256(Path(entry)))
+    key = fingerprint(
+        cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)], code_sha256(Path(entry))
+    )
     trainer, progress = phases.build(cfg, arm, seed, backbone, model_dir, index_dir, train_path, state_dir, key, world)
     resumed_from = trainer.step
     tracker = open_tracker(cfg.tracking) if world.is_main else NullTracker()
     tags = cell_tags(cfg, arm=arm, seed=seed, backbone=backbone) | {
-        "stage": "train", "resumed_from_step": str(resumed_from), "processes": str(world.size)}
+        "stage": "train",
+        "resumed_from_step": str(resumed_from),
+        "processes": str(world.size),
+    }
     with tracker.run(f"train@{arm}-{seed}-{backbone}", tags, parent=cfg):
-        tracker.log_params({"arm": arm, "seed": seed, "backbone": backbone,
-                            **cfg.model_dump(include={"arms", "budgets", "train", "lora", "harness"})})
+        tracker.log_params(
+            {
+                "arm": arm,
+                "seed": seed,
+                "backbone": backbone,
+                **cfg.model_dump(include={"arms", "budgets", "train", "lora", "harness"}),
+            }
+        )
         run_steps(cfg, trainer, progress, state, key, phases, tracker)
         summary = _summary(arm, seed, backbone, progress)
         tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
@@ -171,8 +225,10 @@ def train_cell(params_path: str, arm: str, seed: int, backbone: str, model_dir: 
         _write_outputs(progress, state, adapters_dir, budgets_path, history_path)
         write_json(metrics_path, summary)
     cuts = ", ".join(f"{name} at step {cut['step']}" for name, cut in sorted(progress.cuts.items()))
-    print(f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): resumed from step "
-          f"{resumed_from}, now at step {trainer.step}; cuts: {cuts}")
+    print(
+        f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): resumed from step "
+        f"{resumed_from}, now at step {trainer.step}; cuts: {cuts}"
+    )
     return summary
 
 
@@ -193,9 +249,14 @@ def _summary(arm: str, seed: int, backbone: str, progress: Progress) -> dict:
     history = progress.history
     token_kinds = ("trained_tokens.", "generated_tokens.", "prompt_tokens.")
     totals = sorted({k for row in history for k in row if k.startswith(token_kinds)})
-    return {"arm": arm, "seed": seed, "backbone": backbone, "steps": len(history),
-            "first_reward_mean": history[0]["reward_mean"] if history else None,
-            "final_reward_mean": history[-1]["reward_mean"] if history else None,
-            **{k: sum(row.get(k, 0.0) for row in history) for k in totals},
-            "flops": spending(history, 0.0)["flops"],
-            "cuts": {name: cut["step"] for name, cut in sorted(progress.cuts.items())}}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "backbone": backbone,
+        "steps": len(history),
+        "first_reward_mean": history[0]["reward_mean"] if history else None,
+        "final_reward_mean": history[-1]["reward_mean"] if history else None,
+        **{k: sum(row.get(k, 0.0) for row in history) for k in totals},
+        "flops": spending(history, 0.0)["flops"],
+        "cuts": {name: cut["step"] for name, cut in sorted(progress.cuts.items())},
+    }

@@ -62,15 +62,22 @@ class Sample:
 
 def episode_rewards(episodes: Sequence[Episode], cfg: Config) -> list[float]:
     r = cfg.train.reward
-    return [outcome_reward(e.prediction, e.question.golden_answers, r.metric, all(c.valid for c in e.calls), r.format_weight)
-            for e in episodes]
+    return [
+        outcome_reward(
+            e.prediction, e.question.golden_answers, r.metric, all(c.valid for c in e.calls), r.format_weight
+        )
+        for e in episodes
+    ]
 
 
 def training_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Sample]:
     """Every call made with an adapter (a trainable role), carrying its episode's advantage."""
-    return [Sample(call.adapter, call.prompt_ids + call.completion_ids, len(call.prompt_ids), advantage)
-            for episode, advantage in zip(episodes, advantages) for call in episode.calls
-            if call.adapter is not None and call.completion_ids]
+    return [
+        Sample(call.adapter, call.prompt_ids + call.completion_ids, len(call.prompt_ids), advantage)
+        for episode, advantage in zip(episodes, advantages)
+        for call in episode.calls
+        if call.adapter is not None and call.completion_ids
+    ]
 
 
 def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -96,7 +103,9 @@ def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
     return float(sum(s.trained_tokens for s in samples)) if mode == "token" else float(len(samples))
 
 
-def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int, denominator: float) -> dict[str, float]:
+def update(
+    model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int, denominator: float
+) -> dict[str, float]:
     """Accumulate the GRPO loss over micro-batches, grouped by adapter, normalised by `denominator` (that of the
     whole step's batch, over every process); return the sums of loss, clipped and KL per token, and tokens."""
     device = next(model.parameters()).device
@@ -113,8 +122,17 @@ def update(model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, 
                     reference = _logprobs(model, ids, attention, temperature)
             logp = _logprobs(model, ids, attention, temperature)
             advantages = torch.tensor([s.advantage for s in batch], device=device)
-            loss, stats = grpo_loss(logp, logp.detach(), reference, advantages, mask, g.clip_eps, g.kl_coef,
-                                    g.loss_normalization, denominator)
+            loss, stats = grpo_loss(
+                logp,
+                logp.detach(),
+                reference,
+                advantages,
+                mask,
+                g.clip_eps,
+                g.kl_coef,
+                g.loss_normalization,
+                denominator,
+            )
             loss.backward()
             tokens = float(mask.sum())
             totals["loss"] += float(loss.detach())
@@ -142,7 +160,9 @@ class Trainer:
         self.shape = ModelShape.of(self.policy.model)
         self.parameters = [p for name, p in sorted(self.policy.model.named_parameters()) if "lora_" in name]
         self.optimizer = torch.optim.AdamW(self.parameters, lr=g.learning_rate, weight_decay=g.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps)
+        )
 
     def settings(self) -> RunSettings:
         # each process samples with its own stream; one process keeps the seeds it always had
@@ -152,7 +172,9 @@ class Trainer:
     def batch(self) -> list[Question]:
         """This process's share of the step's questions (the same draw in every process), each G times."""
         g = self.cfg.train.grpo
-        chosen = random.Random(derive_seed(self.seed, "questions", self.step)).sample(self.questions, g.questions_per_step)
+        chosen = random.Random(derive_seed(self.seed, "questions", self.step)).sample(
+            self.questions, g.questions_per_step
+        )
         return [q for q in self.world.shard(chosen) for _ in range(g.group_size)]
 
     def rollout(self) -> list[Episode]:
@@ -173,8 +195,14 @@ class Trainer:
         denominator = self.world.total([loss_denominator(samples, g.loss_normalization)])[0]
         with self.policy.clock.phase("update"):
             self.policy.model.train()
-            local = update(self.policy.model, samples, g, self.cfg.harness.temperature, self.policy.tokenizer.pad_token_id,
-                           denominator)
+            local = update(
+                self.policy.model,
+                samples,
+                g,
+                self.cfg.harness.temperature,
+                self.policy.tokenizer.pad_token_id,
+                denominator,
+            )
             self.world.sum_gradients(self.parameters)
             grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if denominator else 0.0
             self.optimizer.step()
@@ -185,18 +213,30 @@ class Trainer:
         self.step += 1
         return self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
 
-    def gathered_metrics(self, episodes: Sequence[Episode], rewards: torch.Tensor, samples: Sequence[Sample],
-                         local: dict[str, float], grad_norm: float) -> dict[str, float]:
+    def gathered_metrics(
+        self,
+        episodes: Sequence[Episode],
+        rewards: torch.Tensor,
+        samples: Sequence[Sample],
+        local: dict[str, float],
+        grad_norm: float,
+    ) -> dict[str, float]:
         """The step's metrics over every process's episodes, samples and update sums."""
         g = self.cfg.train.grpo
         totals = dict(zip(local, self.world.total(list(local.values()))))
         episodes, samples = self.world.gather(episodes), self.world.gather(samples)
         rewards = torch.tensor(self.world.gather(rewards.flatten().tolist())).view(-1, g.group_size)
-        stats = {"loss": totals["loss"], "clip_fraction": totals["clipped"] / max(totals["tokens"], 1.0),
-                 "kl": totals["kl"] / max(totals["tokens"], 1.0), "grad_norm": grad_norm,
-                 "learning_rate": self.scheduler.get_last_lr()[0],
-                 "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
-                 "flops.update": float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples))}
+        stats = {
+            "loss": totals["loss"],
+            "clip_fraction": totals["clipped"] / max(totals["tokens"], 1.0),
+            "kl": totals["kl"] / max(totals["tokens"], 1.0),
+            "grad_norm": grad_norm,
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
+            "flops.update": float(
+                sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples)
+            ),
+        }
         return step_metrics(episodes, rewards, samples, stats)
 
     def train_step(self) -> dict[str, float]:
@@ -208,15 +248,20 @@ def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
     """What a step logs: reward, F1, the update's statistics, and generated / trained tokens per role."""
     metrics = {
         "episodes": float(len(episodes)),
-        "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
         "f1": sum(outcome_reward(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
         # mean negative log-prob of the sampled tokens of trainable roles: a one-sample entropy estimate
         "entropy": -float(np.mean([lp for e in episodes for c in e.calls if c.adapter for lp in c.logprobs] or [0.0])),
         **{k: float(v) for k, v in stats.items()},
     }
     for role in sorted({c.role for e in episodes for c in e.calls}):
-        metrics[f"prompt_tokens.{role}"] = float(sum(len(c.prompt_ids) for e in episodes for c in e.calls if c.role == role))
-        metrics[f"generated_tokens.{role}"] = float(sum(len(c.completion_ids) for e in episodes for c in e.calls if c.role == role))
+        metrics[f"prompt_tokens.{role}"] = float(
+            sum(len(c.prompt_ids) for e in episodes for c in e.calls if c.role == role)
+        )
+        metrics[f"generated_tokens.{role}"] = float(
+            sum(len(c.completion_ids) for e in episodes for c in e.calls if c.role == role)
+        )
     for adapter in sorted({s.adapter for s in samples}):
         metrics[f"trained_tokens.{adapter}"] = float(sum(s.trained_tokens for s in samples if s.adapter == adapter))
     return metrics

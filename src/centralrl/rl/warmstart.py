@@ -102,6 +102,7 @@ def self_contained(question: str, answers: Sequence[str]) -> str:
     >>> self_contained("#1 >> shares border with", ["McDowell County"])
     'What is the shares border with of McDowell County?'
     """
+
     def answer_of(match: re.Match) -> str:
         hop = int(match.group(1))
         return answers[hop - 1] if 0 < hop <= len(answers) else match.group(0)
@@ -129,8 +130,10 @@ def delegated_hops(question: Question) -> list[tuple[str, SubQuestion]]:
 def _contains(text: str, answer: str) -> bool:
     """Whether the normalized answer occurs in the normalized text as whole words.
 
-    >>> _contains("Okosi was born in 1958 in Telmarra.", "1958"), _contains("Born 19580.", "1958"), _contains("x", "The")
-    (True, False, False)
+    >>> _contains("Okosi was born in 1958 in Telmarra.", "1958"), _contains("Born 19580.", "1958")
+    (True, False)
+    >>> _contains("x", "The")
+    False
     """
     wanted = normalize_answer(answer)
     return bool(wanted) and f" {wanted} " in f" {normalize_answer(text)} "
@@ -144,7 +147,9 @@ def evidence_note(hop: SubQuestion, hits: Sequence[Hit], passage_chars: int) -> 
         for sentence in _SENTENCE_END.split(as_data(hit.text[:passage_chars])):
             if _contains(sentence, hop.answer):
                 note = " ".join(sentence.split())
-                return note if len(note) <= MAX_NOTE_CHARS else f"The answer is {as_data(' '.join(hop.answer.split()))}."
+                return (
+                    note if len(note) <= MAX_NOTE_CHARS else f"The answer is {as_data(' '.join(hop.answer.split()))}."
+                )
     return None
 
 
@@ -152,7 +157,9 @@ def _target(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False)) + (tokenizer.eos_token_id,)
 
 
-def oracle_traces(question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy) -> list[Trace]:
+def oracle_traces(
+    question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy
+) -> list[Trace]:
     """The role calls of a perfect harness on `question`, in episode order (central, retrieval per hop; then
     central concluding, conclusion). `policy` supplies the harness's chat encoding and tokenizer (no model
     call is made). Empty when the question has no usable hop, a sub-question is too long for the protocol,
@@ -184,8 +191,10 @@ def oracle_traces(question: Question, retriever: Retriever, top_k: int, passage_
     traces.append(Trace("conclusion", tuple(conclusion), _target(tok, f"{answer}</answer>"), "answer", answer))
     for trace in traces:
         if parse_trace(trace, tok) != (trace.action, trace.content):
-            raise AssertionError(f"question {question.id}: a {trace.role} trace parses to {parse_trace(trace, tok)}, "
-                                 f"not ({trace.action!r}, {trace.content!r})")
+            raise AssertionError(
+                f"question {question.id}: a {trace.role} trace parses to {parse_trace(trace, tok)}, "
+                f"not ({trace.action!r}, {trace.content!r})"
+            )
     return traces
 
 
@@ -216,7 +225,8 @@ def interleave(questions: Iterable[Question]) -> list[Question]:
 def collate(traces: Sequence[Trace], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (input_ids, attention_mask, labels), each [B, T]; labels are IGNORE on prompt and padding.
 
-    >>> ids, mask, labels = collate([Trace("conclusion", (5, 6), (7, 2), "answer", "x"), Trace("central", (5,), (2,), "conclude", "")], 0)
+    >>> traces = [Trace("conclusion", (5, 6), (7, 2), "answer", "x"), Trace("central", (5,), (2,), "conclude", "")]
+    >>> ids, mask, labels = collate(traces, 0)
     >>> ids.tolist(), mask.tolist(), labels.tolist()
     ([[5, 6, 7, 2], [5, 2, 0, 0]], [[1, 1, 1, 1], [1, 1, 0, 0]], [[-100, -100, 7, 2], [-100, 2, -100, -100]])
     """
@@ -231,7 +241,9 @@ def collate(traces: Sequence[Trace], pad_id: int) -> tuple[torch.Tensor, torch.T
     return torch.tensor(ids), torch.tensor(mask), torch.tensor(labels)
 
 
-def target_loss(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+def target_loss(
+    hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor
+) -> torch.Tensor:
     """Mean next-token cross-entropy over the trained tokens: the hidden state [B, T, H] at position t predicts
     labels[:, t + 1] (labels [B, T]) through `head` (H -> V logits); IGNORE labels add nothing. Only positions
     that predict a trained token go through `head`, so [B, T, V] logits over long prompts are never built
@@ -248,9 +260,14 @@ def target_loss(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tenso
     return torch.nn.functional.cross_entropy(head(hidden[predicts]).float(), targets)
 
 
-def supervised_finetune(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, traces: Sequence[Trace],
-                        cfg: WarmstartConfig, lora: LoraConfig, log: Callable[[str], None] | None = None
-                        ) -> tuple[PreTrainedModel, dict]:
+def supervised_finetune(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    traces: Sequence[Trace],
+    cfg: WarmstartConfig,
+    lora: LoraConfig,
+    log: Callable[[str], None] | None = None,
+) -> tuple[PreTrainedModel, dict]:
     """Train one LoRA adapter (shared by every role) on the traces' target tokens, merge it, return the plain
     model and stats (loss per step, first/last loss, traces, trained tokens, seconds). Seeded by cfg.seed:
     the adapter's initialisation and the shuffled order; the global torch RNG is left as it was.
@@ -290,8 +307,10 @@ def supervised_finetune(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
                 losses.append(loss.item())
                 trained_tokens += sum(len(t.target_ids) for t in batch)
                 if log and (len(losses) % 10 == 0 or len(losses) == steps):
-                    log(f"warmstart step {len(losses)}/{steps}: loss {losses[-1]:.4f} "
-                        f"({time.perf_counter() - started:.0f}s)")
+                    log(
+                        f"warmstart step {len(losses)}/{steps}: loss {losses[-1]:.4f} "
+                        f"({time.perf_counter() - started:.0f}s)"
+                    )
     merged = peft_model.merge_and_unload().eval()
     stats = {
         "losses": losses,
@@ -308,8 +327,14 @@ def supervised_finetune(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 # ---------------------------------------------------------------------------------------------- stage core
 
 
-def build_traces(questions: Sequence[Question], wanted: int, retriever: Retriever, top_k: int, passage_chars: int,
-                 policy: RolePolicy) -> tuple[list[Trace], dict]:
+def build_traces(
+    questions: Sequence[Question],
+    wanted: int,
+    retriever: Retriever,
+    top_k: int,
+    passage_chars: int,
+    policy: RolePolicy,
+) -> tuple[list[Trace], dict]:
     """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer."""
     candidates = [q for q in questions if q.decomposition]
     if not candidates:
@@ -339,8 +364,15 @@ def build_traces(questions: Sequence[Question], wanted: int, retriever: Retrieve
     return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
 
 
-def warmstart(cfg: Config, backbone: str, model_dir: str | Path, index_dir: str | Path, train_path: str | Path, out_dir: str | Path,
-              log: Callable[[str], None] | None = None) -> dict:
+def warmstart(
+    cfg: Config,
+    backbone: str,
+    model_dir: str | Path,
+    index_dir: str | Path,
+    train_path: str | Path,
+    out_dir: str | Path,
+    log: Callable[[str], None] | None = None,
+) -> dict:
     """The `warmstart` stage: the starting checkpoint in `out_dir` (a backbone folder), and its metrics."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not cfg.warmstart.enabled:
@@ -352,8 +384,9 @@ def warmstart(cfg: Config, backbone: str, model_dir: str | Path, index_dir: str 
     retriever = open_retriever(cfg.retrieval, index_dir)
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
-    traces, selection = build_traces(questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k,
-                                     cfg.harness.passage_chars, policy)
+    traces, selection = build_traces(
+        questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
+    )
     merged, stats = supervised_finetune(model, tokenizer, traces, cfg.warmstart, cfg.lora, log)
     with atomic_directory(out_dir) as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
