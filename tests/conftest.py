@@ -14,7 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 REALQA = REPO.parent / "shared" / "data" / "realqa"
 
 # Prefect reads these at import: keep its database out of the user's home and skip the analytics ping.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="centralrl-prefect-"))
+if "PYTEST_XDIST_WORKER" in os.environ:  # each worker its own database (workers inherit the controller's env),
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="centralrl-prefect-")
+    os.environ["OMP_NUM_THREADS"] = "1"  # and one torch thread, here and in its subprocesses: two workers share
+else:  # the cores, and two threads each made decoding several times slower here
+    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="centralrl-prefect-"))
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 

@@ -121,23 +121,23 @@ def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_ru
 class ScriptedSampler:
     """Stands in for sampling from a language model (the outside boundary) so that every role acts: the central
     agent delegates (max_turns 1, so the conclusion is then forced), the conclusion answers right in every other
-    episode. The update
-    itself runs the real tiny model with its real adapters."""
+    episode, and the central agent's plan words differ in those same episodes. Were every episode's central call
+    the same sequence, its group-normalised advantages would sum to zero on it and the central adapter would get
+    no gradient. The update itself runs the real tiny model with its real adapters."""
 
     def __init__(self, right: str, wrong: str):
-        self.right, self.wrong, self.calls = right, wrong, 0
+        self.right, self.wrong, self.calls = right, wrong, {}
 
     def __call__(self, role: str, prompt: str) -> str:
-        self.calls += 1
+        self.calls[role] = self.calls.get(role, 0) + 1
+        odd = self.calls[role] % 2
         if role == "central":
-            return (
-                "plan</think><conclude></conclude>"
-                if "Note:" in prompt
-                else "plan</think><subquestion>Which word?</subquestion>"
-            )
+            plan = "plan" if odd else "other plan"
+            action = "<conclude></conclude>" if "Note:" in prompt else "<subquestion>Which word?</subquestion>"
+            return f"{plan}</think>{action}"
         if role == "retrieval":
             return "nothing relevant</note>"
-        return (self.right if self.calls % 2 else self.wrong) + "</answer>"
+        return (self.right if odd else self.wrong) + "</answer>"
 
 
 def test_joint_trains_all_three_adapters(smoke_run):
