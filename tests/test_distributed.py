@@ -81,7 +81,7 @@ def test_two_processes_make_the_same_update_as_one(tiny_backbone, tmp_path):
 
 @pytest.mark.slow
 def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_path):
-    from test_training import _outputs
+    from test_training import _outputs, _stage_args
 
     folder, _, data = smoke_run
     params = write_params(
@@ -93,27 +93,9 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
             "budgets": {"two_steps": {"steps": 2}},
         },
     )
-    outputs = _outputs(tmp_path, "joint")
-    command = [
-        sys.executable,
-        "-m",
-        "stages.train",
-        "--params",
-        str(params),
-        "--arm",
-        "joint",
-        "--seed",
-        "0",
-        "--backbone",
-        "main",
-        "--model",
-        str(folder / "start"),
-        "--index",
-        str(folder / "index"),
-        "--train",
-        str(data["train"]),
-        *[f"--{k}={v}" for k, v in outputs.items()],
-    ]
+    out = str(tmp_path / "joint")  # absolute: the outputs land here, beside the smoke run's inputs
+    outputs = _outputs(folder, out)
+    command = [sys.executable, "-m", "stages.train", *_stage_args(folder, params, data, "joint", out)]
     done = _accelerate(command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout
