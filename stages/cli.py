@@ -76,6 +76,7 @@ def run_stage(main: Callable[[], object], prefect_server: bool = False) -> NoRet
 def _prepare(argv: list[str]) -> None:
     """Validate the whole params file and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
+    from centralrl.hardware import set_threads
 
     probe = argparse.ArgumentParser(add_help=False)
     probe.add_argument("--params", default="params.yaml")
@@ -83,7 +84,7 @@ def _prepare(argv: list[str]) -> None:
     known, _ = probe.parse_known_args(argv)
     if known.help:
         return
-    load_config(known.params)
+    set_threads(load_config(known.params).threads)
     for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:
         clean_stale_temporaries(folder)
 

@@ -282,12 +282,13 @@ def test_spending_sums_what_the_budgets_are_stated_in():
 
     history = [
         {
+            "skipped": 0.0,
             "trained_tokens.central": 10.0,
             "trained_tokens.retrieval": 5.0,
             "flops.generation": 100.0,
             "flops.update": 300.0,
         },
-        {"trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0},
+        {"skipped": 0.0, "trained_tokens.central": 7.0, "flops.generation": 50.0, "flops.update": 150.0},
     ]
     # tokens 10 + 5 + 7 = 22; FLOPs (100 + 300) + (50 + 150) = 600
     assert spending(history, 12.5) == {"steps": 2.0, "trained_tokens": 22.0, "flops": 600.0, "wall_seconds": 12.5}

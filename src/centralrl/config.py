@@ -399,8 +399,9 @@ class GrpoConfig(Section):
     steps: int = Field(
         2,
         ge=1,
-        description="the most optimizer steps a run takes (one rollout batch each) and the "
-        "horizon of the lr schedule; a run stops earlier once every budget is reached",
+        description="the most rollout batches a run takes, each followed by one optimizer step unless no group "
+        "had reward variance (then skipped); the horizon of the lr schedule; a run stops earlier once every "
+        "budget is reached",
     )
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
@@ -420,8 +421,18 @@ class GrpoConfig(Section):
     checkpoint_every: int = Field(1, ge=1, description="save the full training state every N steps")
 
 
+class HealthConfig(Section):
+    """Collapse guards (`centralrl.rl.health`): a step with a non-finite loss, reward, grad norm or KL, or with
+    KL above `max_kl`, stops the run before it is saved."""
+
+    max_kl: float = Field(
+        1.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
+    )
+
+
 class TrainConfig(Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     processes: int = Field(
         1,
@@ -510,6 +521,11 @@ class Config(Section):
     )
     compare: CompareConfig = Field(default_factory=CompareConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+        "auto",
+        description="torch CPU threads of every stage: auto = the CPUs this process may use (affinity and cgroup "
+        "quota); 1 when several stages or tests share a small machine",
+    )
 
     @model_validator(mode="after")
     def _names_resolve(self) -> Config:

@@ -45,6 +45,7 @@ from centralrl.io import atomic_directory, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
+from centralrl.rl.health import TrainingDiverged, health_problem
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import read_questions
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
@@ -76,9 +77,10 @@ def _content_sha256(path: Path) -> str:
 
 
 def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
-    """What a run has spent after the steps in `history`, in every unit a budget can be stated in."""
+    """What a run has spent after the steps in `history`, in every unit a budget can be stated in. Steps are
+    optimizer steps: a skipped step (no group had signal) spent its rollout's FLOPs and time but trained nothing."""
     return {
-        "steps": float(len(history)),
+        "steps": float(sum(not row["skipped"] for row in history)),
         "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
         "flops": sum(row["flops.generation"] + row["flops.update"] for row in history),
         "wall_seconds": wall_seconds,
@@ -169,11 +171,23 @@ def run_steps(
         # every process must see the same clock, or a wall_seconds budget would cut them at different steps
         timing = step_timing(trainer, trainer.world.slowest(time.perf_counter() - started))
         progress.wall_seconds += timing["step_seconds"]
-        cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
+        _stop_if_diverged(cfg, metrics, trainer.step, state)
+        cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
         if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
             phases.checkpoint(trainer, state, progress, key)
+
+
+def _stop_if_diverged(cfg: Config, metrics: dict[str, float], step: int, state: Path) -> None:
+    problem = health_problem(metrics, cfg.train.health.max_kl)
+    if problem:
+        kept = sorted(state.glob("step-*"))
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {problem}; nothing of this step was saved, the last good state "
+            f"is {kept[-1] if kept else 'none (the first step diverged)'}; lower train.grpo.learning_rate or "
+            f"check the step's metrics in MLflow"
+        )
 
 
 def train_cell(
@@ -254,6 +268,7 @@ def _summary(arm: str, seed: int, backbone: str, progress: Progress) -> dict:
         "seed": seed,
         "backbone": backbone,
         "steps": len(history),
+        "skipped_steps": sum(int(row["skipped"]) for row in history),
         "first_reward_mean": history[0]["reward_mean"] if history else None,
         "final_reward_mean": history[-1]["reward_mean"] if history else None,
         **{k: sum(row.get(k, 0.0) for row in history) for k in totals},

@@ -8,6 +8,12 @@ enter the loss. The loss per token is the clipped ratio objective plus beta * KL
 whose log-probs come from the same model with adapters disabled (no second copy in memory); tokens are
 normalised over the whole batch (or per sequence), gradients clipped, AdamW with a LambdaLR schedule.
 
+Only informative groups (rewards not all equal) enter the update, as DAPO's dynamic sampling filters them
+(without its resampling): a group of equal rewards has zero advantage everywhere and would only add KL and
+dilute the token mean. A step with no informative group in any process skips the update, the optimizer and the
+schedule (Adam's momentum would otherwise move weights on a zero gradient): it is logged as skipped with its
+rollout cost, and trains no tokens. Its draws still advance with the step, so the next step samples anew.
+
 Departures from DeepSeekMath's GRPO: one update per rollout batch (mu = 1, TRL's default): the old policy is
 the current one detached, so the ratio is 1 and the clip never binds (clip_fraction logs 0; the clipped
 objective is kept so a multi-epoch variant is a loop, not a new loss); a multi-agent episode contributes one
@@ -187,12 +193,36 @@ class Trainer:
         return torch.tensor(episode_rewards(episodes, self.cfg)).view(-1, g.group_size)
 
     def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
-        """Advantages, one accumulated update of every trainable adapter (gradients summed over processes),
-        optimizer and schedule step; the step's metrics over every process's episodes."""
+        """Advantages, then one accumulated update of every trainable adapter over the informative groups only
+        (gradients summed over processes), optimizer and schedule step; the step's metrics over every process.
+
+        A step in which no group of any process has reward variance carries no signal: it runs no forward or
+        backward, and neither the optimizer (whose momentum would still move the weights) nor the schedule
+        steps. It is logged with `skipped` 1 and its rollout cost, and trains no tokens."""
         g = self.cfg.train.grpo
-        advantages = group_advantages(rewards, g.normalize_std, g.eps).flatten().tolist()
-        samples = training_samples(episodes, advantages)
-        denominator = self.world.total([loss_denominator(samples, g.loss_normalization)])[0]
+        advantages = group_advantages(rewards, g.normalize_std, g.eps)
+        informative = (advantages != 0).any(dim=1).tolist()  # one flag per group (question) of this process
+        kept = [i for i, flag in enumerate(informative) for _ in range(g.group_size) if flag]
+        samples = training_samples([episodes[i] for i in kept], advantages.flatten()[kept].tolist())
+        informative_groups, denominator = self.world.total(
+            [float(sum(informative)), loss_denominator(samples, g.loss_normalization)]
+        )
+        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
+        grad_norm = 0.0
+        if informative_groups:
+            local, grad_norm = self._optimize(samples, denominator)
+        self.step += 1
+        metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
+        untrained = {f"trained_tokens.{a}": 0.0 for a in set(self.policy.adapters.values()) if a is not None}
+        return untrained | metrics | {
+            "skipped": float(not informative_groups),
+            "informative_groups": informative_groups,
+            "informative_share": informative_groups / (metrics["episodes"] / g.group_size),
+        }
+
+    def _optimize(self, samples: Sequence[Sample], denominator: float) -> tuple[dict[str, float], float]:
+        """The update, the summed gradients clipped, one optimizer and schedule step; its sums and grad norm."""
+        g = self.cfg.train.grpo
         with self.policy.clock.phase("update"):
             self.policy.model.train()
             local = update(
@@ -204,14 +234,13 @@ class Trainer:
                 denominator,
             )
             self.world.sum_gradients(self.parameters)
-            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm)) if denominator else 0.0
+            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm))
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.policy.model.eval()
         self.policy.weights_changed()
-        self.step += 1
-        return self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
+        return local, grad_norm
 
     def gathered_metrics(
         self,
@@ -245,23 +274,25 @@ class Trainer:
 
 
 def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
-    """What a step logs: reward, F1, the update's statistics, and generated / trained tokens per role."""
+    """What a step logs: reward, F1, the update's statistics, tokens per role, and each role's health: its
+    calls' mean response length, share of invalid actions and one-sample entropy estimate (the mean negative
+    log-prob of its sampled tokens); and the sub-questions the central agent delegated per episode."""
     metrics = {
         "episodes": float(len(episodes)),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "f1": sum(outcome_reward(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
-        # mean negative log-prob of the sampled tokens of trainable roles: a one-sample entropy estimate
         "entropy": -float(np.mean([lp for e in episodes for c in e.calls if c.adapter for lp in c.logprobs] or [0.0])),
+        "subquestions_per_episode": sum(c.role == "retrieval" for e in episodes for c in e.calls) / len(episodes),
         **{k: float(v) for k, v in stats.items()},
     }
     for role in sorted({c.role for e in episodes for c in e.calls}):
-        metrics[f"prompt_tokens.{role}"] = float(
-            sum(len(c.prompt_ids) for e in episodes for c in e.calls if c.role == role)
-        )
-        metrics[f"generated_tokens.{role}"] = float(
-            sum(len(c.completion_ids) for e in episodes for c in e.calls if c.role == role)
-        )
+        calls = [c for e in episodes for c in e.calls if c.role == role]
+        metrics[f"prompt_tokens.{role}"] = float(sum(len(c.prompt_ids) for c in calls))
+        metrics[f"generated_tokens.{role}"] = float(sum(len(c.completion_ids) for c in calls))
+        metrics[f"response_tokens.{role}"] = metrics[f"generated_tokens.{role}"] / len(calls)
+        metrics[f"invalid_rate.{role}"] = sum(not c.valid for c in calls) / len(calls)
+        metrics[f"entropy.{role}"] = -float(np.mean([lp for c in calls for lp in c.logprobs] or [0.0]))
     for adapter in sorted({s.adapter for s in samples}):
         metrics[f"trained_tokens.{adapter}"] = float(sum(s.trained_tokens for s in samples if s.adapter == adapter))
     return metrics

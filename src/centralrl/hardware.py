@@ -1,0 +1,70 @@
+"""What this process may use: fast bf16 arithmetic, and how many CPU threads torch should run.
+
+`compute_dtype(name, device)` resolves a precision param (`auto`, `float32`, `bfloat16`) to a torch dtype. `auto`
+is bfloat16 where the hardware has bf16 arithmetic (a CUDA device that supports it; a CPU whose flags include
+`avx512_bf16` or `amx_bf16`) and float32 elsewhere, so a laptop without it is not slowed by emulated bf16.
+
+`available_cpus()` counts the CPUs this process may really run on: its affinity mask, capped by a cgroup v2 CPU
+quota (`cpu.max`) when one is set, so a container limited to 2 CPUs on a 64-core host gets 2 threads, not 64.
+`set_threads(requested)` applies `threads` from params: `auto` is that count; a number is taken as given.
+Running several torch processes at once on a small machine (tests, parallel stages), each should get one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """Whether this CPU advertises native bf16 arithmetic (AVX-512 BF16 or AMX), read from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def fast_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_has_bf16()
+
+
+def compute_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The torch dtype of precision `name` on `device` (see the module docstring for `auto`)."""
+    if name not in PRECISIONS:
+        raise ValueError(f"precision {name!r} is not one of {', '.join(PRECISIONS)}")
+    if name == "auto":
+        return torch.bfloat16 if fast_bf16(device) else torch.float32
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def cgroup_cpu_limit(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """CPUs allowed by a cgroup v2 quota ("200000 100000" -> 2), or None when unlimited or unreadable."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, int(quota) // int(period))
+
+
+def available_cpus() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return min(cpus, limit) if limit else cpus
+
+
+def set_threads(requested: int | str) -> int:
+    """Set torch's intra-op threads from `threads` in params ("auto" or a count); return the count set."""
+    count = available_cpus() if requested == "auto" else int(requested)
+    torch.set_num_threads(count)
+    return count

@@ -1,0 +1,96 @@
+"""Steps without signal do not move the policy; steps with some move only trainable adapters; collapse guards."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from centralrl.config import load_config
+
+from conftest import TOY, toy_questions, write_params
+
+
+def _trainer(tiny_backbone, tmp_path, trainable: list[str], grpo: dict | None = None, health: dict | None = None):
+    from centralrl.harness.engine import RolePolicy
+    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.models.backbone import load_backbone
+    from centralrl.retrieval.bm25 import Bm25sIndex
+    from centralrl.rl.trainer import Trainer
+    from centralrl.schema import Passage
+
+    train = {"grpo": {**TOY["train"]["grpo"], "kl_coef": 0.02, **(grpo or {})}, "health": health or {}}
+    cfg = load_config(write_params(tmp_path, {**TOY, "train": train}))
+    model, tokenizer = load_backbone(tiny_backbone)
+    adapters = role_adapters(trainable, "per_role")
+    torch.manual_seed(0)
+    policy = RolePolicy(attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, 32)
+    index = Bm25sIndex.build([Passage("p", "Nothing", "nothing to find here")], 1.2, 0.75, True)
+    return Trainer(cfg, policy, index, toy_questions(tokenizer), "central", seed=0)
+
+
+def _weights(trainer) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in trainer.policy.model.named_parameters()}
+
+
+def _moved(before: dict[str, torch.Tensor], trainer) -> set[str]:
+    return {name for name, p in trainer.policy.model.named_parameters() if not torch.equal(before[name], p)}
+
+
+SIGNAL = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]])  # the first group informative, not the second
+
+
+def test_a_step_with_all_equal_rewards_moves_nothing_and_trains_no_tokens(tiny_backbone, tmp_path):
+    trainer = _trainer(tiny_backbone, tmp_path, ["central", "conclusion"])
+    trainer.learn(trainer.rollout(), SIGNAL)  # a real update first, so AdamW has momentum that could move weights
+    weights, optimizer = _weights(trainer), copy.deepcopy(trainer.optimizer.state_dict())
+    scheduler = trainer.scheduler.state_dict()
+    metrics = trainer.learn(trainer.rollout(), torch.full((2, 4), 0.25))
+    assert _moved(weights, trainer) == set()
+    assert str(trainer.optimizer.state_dict()) == str(optimizer)
+    assert trainer.scheduler.state_dict() == scheduler
+    assert metrics["skipped"] == 1.0 and metrics["informative_groups"] == 0.0 and metrics["informative_share"] == 0
+    assert metrics["trained_tokens.central"] == metrics["trained_tokens.conclusion"] == 0.0
+    assert metrics["flops.update"] == 0.0 and metrics["flops.generation"] > 0
+    assert trainer.step == 2  # the next rollout draws new questions
+
+
+def test_one_informative_group_moves_only_the_trainable_adapters(tiny_backbone, tmp_path):
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"])
+    episodes = trainer.rollout()
+    weights = _weights(trainer)
+    metrics = trainer.learn(episodes, SIGNAL)
+    moved = _moved(weights, trainer)
+    assert moved and all("lora_" in name and ".conclusion." in name for name in moved)
+    assert metrics["skipped"] == 0.0 and metrics["informative_groups"] == 1.0 and metrics["informative_share"] == 0.5
+    informative = sum(len(c.completion_ids) for e in episodes[:4] for c in e.calls if c.adapter == "conclusion")
+    assert metrics["trained_tokens.conclusion"] == informative  # the equal-reward group trains no token
+
+
+def test_spending_counts_optimizer_steps_not_skipped_ones():
+    from centralrl.rl.run import spending
+
+    history = [
+        {"skipped": 0.0, "trained_tokens.central": 10.0, "flops.generation": 100.0, "flops.update": 300.0},
+        {"skipped": 1.0, "trained_tokens.central": 0.0, "flops.generation": 50.0, "flops.update": 0.0},
+    ]
+    assert spending(history, 1.0) == {"steps": 1.0, "trained_tokens": 10.0, "flops": 450.0, "wall_seconds": 1.0}
+
+
+def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_backbone, tmp_path):
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"learning_rate": 50.0, "steps": 6}, {"max_kl": 0.5})
+    always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
+    state = tmp_path / "state"
+    monitor = r"diverged at step \d+: (kl to the starting policy|\w+ is nan)"
+    with pytest.raises(TrainingDiverged, match=monitor) as stop:
+        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker())
+    print(stop.value)
+    diverged = trainer.step
+    saved = sorted(state.glob("step-*"))
+    assert diverged > 1 and saved[-1].name == f"step-{diverged - 1:06d}"  # the last good state, not the bad one
