@@ -1,0 +1,40 @@
+"""What a process may use: cgroup CPU quotas, the threads param, the precision param."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from centralrl.errors import ConfigError
+from centralrl.hardware import cgroup_cpu_limit, compute_dtype, set_threads
+
+
+@pytest.mark.parametrize(("text", "cpus"), [("200000 100000\n", 2), ("50000 100000", 1), ("max 100000", None)])
+def test_a_cgroup_quota_caps_the_cpus(tmp_path, text, cpus):
+    (tmp_path / "cpu.max").write_text(text)
+    assert cgroup_cpu_limit(tmp_path / "cpu.max") == cpus
+
+
+def test_no_cgroup_file_means_no_limit(tmp_path):
+    assert cgroup_cpu_limit(tmp_path / "absent") is None
+
+
+def test_auto_threads_follow_omp_num_threads_and_a_number_is_taken_as_given(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert set_threads("auto") == 1 == torch.get_num_threads()
+        assert set_threads(2) == 2 == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "two")
+        with pytest.raises(ConfigError, match="OMP_NUM_THREADS='two'"):
+            set_threads("auto")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_precisions_resolve_and_float32_stays_float32():
+    cpu = torch.device("cpu")
+    assert compute_dtype("float32", cpu) == torch.float32 and compute_dtype("bfloat16", cpu) == torch.bfloat16
+    assert compute_dtype("auto", cpu) in (torch.float32, torch.bfloat16)
+    with pytest.raises(ValueError, match="half"):
+        compute_dtype("half", cpu)
