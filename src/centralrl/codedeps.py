@@ -17,11 +17,14 @@ import ast
 import hashlib
 import re
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from centralrl.errors import CentralRLError
+
+_PARSING = threading.Lock()
 
 if TYPE_CHECKING:
     from dvc.repo import Repo
@@ -254,7 +257,9 @@ def _imported_modules(path: Path, module: str | None) -> Iterator[str]:
     """Every module an import statement anywhere in the file names, `from a import b` giving both `a` and
     `a.b` (b may be a submodule; a name that is not a module simply has no file)."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    with _PARSING:  # CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion depth mismatch")
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
