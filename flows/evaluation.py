@@ -1,11 +1,13 @@
 """Prefect flow `evaluate-harness`: greedy episodes on every test question, for a reference (the starting
 checkpoint of some topology) or for every budget cut of one trained cell (arm, seed, backbone); scored and
 written as per-question records, a per-benchmark table with the compute it took (DVC metrics) and one MLflow
-run per evaluated cut (tables, transcripts, wall and CPU time per phase).
+run per evaluated cut (tables, transcripts, wall and CPU time per phase). For a trained cell, how far each role
+moved from the start on the same greedy episodes (`centralrl.movement`) is a second metrics file, also logged.
 
 Cuts that fell on the same step hold the same adapters, so they are evaluated once and their records shared.
 Tasks: load inputs; roll out one chunk of questions at a time (each chunk a visible task and a progress step);
-score and write; log. Nothing retries: a failure here is a bug or bad input, not a flaky service.
+score and write; measure the roles' movement; log. Nothing retries: a failure here is a bug or bad input, not a
+flaky service.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from tqdm import tqdm
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
-from centralrl.config import Config, load_config
+from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.evaluation import compute_spent, copy_evaluation, cuts_by_step, markdown_table, write_evaluation
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import read_json, write_json
+from centralrl.movement import movement_metrics, role_movement
 from centralrl.retrieval import Retriever, open_retriever
 from centralrl.schema import Question, read_questions
 from centralrl.tracking import Tracker, cell_tags, open_tracker
@@ -32,6 +35,7 @@ load_questions = task(read_questions, name="load_questions")
 # the starting checkpoint with a cut's trained adapters (none for a reference), on `harness.engine`
 load_policy = task(trained_policy, name="load_policy", cache_policy=NO_CACHE)
 write_results = task(write_evaluation, name="write_results", cache_policy=NO_CACHE)
+measure_movement = task(role_movement, name="measure_movement", cache_policy=NO_CACHE)
 
 
 @task(cache_policy=NO_CACHE)
@@ -52,12 +56,15 @@ def run_all(
 
 
 @task(cache_policy=NO_CACHE)
-def log_run(tracker: Tracker, cfg: Config, name: str, tags: dict, result: dict, timing: dict, out_dir: Path) -> None:
+def log_run(
+    tracker: Tracker, cfg: Config, name: str, tags: dict, result: dict, movement: dict, timing: dict, out_dir: Path
+) -> None:
     with tracker.run(f"evaluate@{name}", tags | {"stage": "evaluate"}, parent=cfg):
         tracker.log_params({**tags, **cfg.model_dump(include={"harness", "retrieval"})})
         table = result["scores"]
         tracker.log_metrics({f"{bench}.{m}": row[m] for bench, row in table.items() for m in ("em", "f1", "acc")})
         tracker.log_metrics({f"compute.{k}": v for k, v in result["compute"].items()} | timing)
+        tracker.log_metrics(movement_metrics(movement))
         tracker.log_text(markdown_table(table), "benchmarks.md")
         tracker.log_text((out_dir / "transcripts.md").read_text(encoding="utf-8"), "transcripts.md")
 
@@ -71,8 +78,9 @@ def evaluate_one(
     retriever: Retriever,
     topology: str,
     out_dir: Path,
-) -> dict:
-    """Roll out, score and write one evaluation; log it with its timing; return {scores, compute}."""
+) -> tuple[dict, dict]:
+    """Roll out, score and write one evaluation, measure how far its roles moved from the start; log it with its
+    timing; return ({scores, compute}, movement)."""
     started = time.perf_counter()
     with policy.clock.phase("evaluation"):
         episodes = run_all(cfg, name, questions, policy, retriever, topology)
@@ -80,10 +88,12 @@ def evaluate_one(
         "scores": write_results(episodes, out_dir, cfg.tracking.transcripts),
         "compute": compute_spent(episodes, ModelShape.of(policy.model)),
     }
+    with policy.clock.phase("movement"):
+        movement = measure_movement(episodes, policy, TOPOLOGY_ROLES[topology])
     seconds = time.perf_counter() - started
     timing = policy.clock.totals() | peak_memory() | {"accelerator_hours": accelerator_hours(seconds, policy.device)}
-    log_run(open_tracker(cfg.tracking), cfg, name, tags, result, timing, out_dir)
-    return result
+    log_run(open_tracker(cfg.tracking), cfg, name, tags, result, movement, timing, out_dir)
+    return result, movement
 
 
 @flow(name="evaluate-harness")
@@ -100,15 +110,17 @@ def evaluation_flow(
     seed: int | None = None,
     adapters_dir: str | None = None,
     budgets_path: str | None = None,
+    movement_path: str | None = None,
 ) -> dict:
-    """Evaluate `reference`, or every budget cut of (`arm`, `seed`) found in `adapters_dir` / `budgets_path`."""
+    """Evaluate `reference`, or every budget cut of (`arm`, `seed`) found in `adapters_dir` / `budgets_path`
+    (and write each cut's role movement, {budget: {role: ...}}, to `movement_path`)."""
     cfg = load_config(params_path)
     questions = load_questions(questions_path)
     retriever = open_retriever(cfg.retrieval, index_dir)
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
         tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
-        result = evaluate_one(
+        result, _ = evaluate_one(  # untrained: every role is the start
             cfg,
             f"{reference}-{backbone}",
             tags,
@@ -120,11 +132,11 @@ def evaluation_flow(
         )
         write_json(metrics_path, result)
         return result
-    results = {}
+    results, movement = {}, {}
     for step, (first, *same) in cuts_by_step(read_json(budgets_path)).items():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first))
         name = f"{arm}-{seed}-{backbone}"
-        results[first] = evaluate_one(
+        results[first], movement[first] = evaluate_one(
             cfg,
             f"{name}-{first}",
             cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=first, step=step),
@@ -135,7 +147,7 @@ def evaluation_flow(
             Path(out_dir) / first,
         )
         for budget in same:  # the same adapters: evaluated once, written and logged as each budget's cell
-            results[budget] = results[first]
+            results[budget], movement[budget] = results[first], movement[first]
             copy_evaluation(Path(out_dir) / first, Path(out_dir) / budget)
             log_run(
                 open_tracker(cfg.tracking),
@@ -143,8 +155,10 @@ def evaluation_flow(
                 f"{name}-{budget}",
                 cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step),
                 results[first],
+                movement[first],
                 {},
                 Path(out_dir) / budget,
             )
     write_json(metrics_path, dict(sorted(results.items())))
+    write_json(movement_path, dict(sorted(movement.items())))
     return results

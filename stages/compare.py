@@ -31,9 +31,10 @@ def _json(path: Path, stage: str):
     return read_json(path)
 
 
-def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict, dict]:
-    """records, reference records, budget cuts and histories, keyed backbone -> arm/reference -> seed -> budget."""
-    records, references, cuts, histories = {}, {}, {}, {}
+def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict, dict, dict]:
+    """records, reference records, budget cuts, histories and role movement, keyed backbone -> arm/reference ->
+    seed -> budget."""
+    records, references, cuts, histories, movement = {}, {}, {}, {}, {}
     for b in cfg.backbones:
         records[b] = {
             arm: {
@@ -66,7 +67,14 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
             }
             for arm in cfg.arms
         }
-    return records, references, cuts, histories
+        movement[b] = {
+            arm: {
+                s: _json(Path(args.movement.format(backbone=b, arm=arm, seed=s)), f"evaluate@{arm}-{s}-{b}")
+                for s in cfg.seeds
+            }
+            for arm in cfg.arms
+        }
+    return records, references, cuts, histories, movement
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,13 +83,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reference-records", required=True, help="input pattern: a reference's records")
     parser.add_argument("--budgets", required=True, help="input pattern: a trained cell's budget cuts (budgets.json)")
     parser.add_argument("--history", required=True, help="input pattern: a trained cell's per-step history")
+    parser.add_argument(
+        "--movement", required=True, help="input pattern: a trained cell's role movement per budget (evaluate)"
+    )
     parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
     parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
     args = parser.parse_args(argv)
 
     cfg = load_config(args.params)
-    records, references, cuts, histories = load_cells(cfg, args)
-    result = comparison(cfg, records, references, cuts)
+    records, references, cuts, histories, movement = load_cells(cfg, args)
+    result = comparison(cfg, records, references, cuts, movement)
     write_json(args.metrics, result)
     with atomic_directory(args.report) as tmp:
         write_report(result, histories, cfg.profile, tmp)

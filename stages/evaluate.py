@@ -1,6 +1,6 @@
 """Stage `evaluate@<arm>-<seed>-<backbone>` (every budget cut of a trained cell) or
 `evaluate_reference@<reference>-<backbone>` (an untrained harness): the Prefect flow `evaluate-harness`,
-greedy, on every test question."""
+greedy, on every test question; for a trained cell also how far each role moved from the start."""
 
 from __future__ import annotations
 
@@ -25,9 +25,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--metrics", required=True, help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)"
     )
+    parser.add_argument(
+        "--movement",
+        help="with --arm: output, per budget and role the share of greedy calls changed from the "
+        "start and the mean per-token KL to it (JSON)",
+    )
     args = parser.parse_args(argv)
-    if args.arm and None in (args.seed, args.adapters, args.budgets):
-        parser.error("--arm needs --seed, --adapters and --budgets")
+    if args.arm and None in (args.seed, args.adapters, args.budgets, args.movement):
+        parser.error("--arm needs --seed, --adapters, --budgets and --movement")
 
     from flows.evaluation import evaluation_flow
 
@@ -44,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         adapters_dir=args.adapters,
         budgets_path=args.budgets,
+        movement_path=args.movement,
     )
     for name, result in ({args.reference: results} if args.reference else results).items():
         macro = result["scores"]["macro"]

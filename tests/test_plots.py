@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import copy
 
-from centralrl.plots import markdown_to_html, plot_differences, plot_score_vs_compute, plot_training_curves
+from centralrl.plots import (
+    markdown_to_html,
+    plot_differences,
+    plot_health,
+    plot_score_vs_compute,
+    plot_training_curves,
+)
 
 
 def _same_twice_and_changes(draw, data, changed, tmp_path):
@@ -27,6 +33,28 @@ def test_training_curves(tmp_path):
     changed = copy.deepcopy(histories)
     changed["joint"][1][2]["f1"] = 0.9
     _same_twice_and_changes(plot_training_curves, histories, changed, tmp_path)
+
+
+def test_health_monitors_plot_the_keys_a_history_has(tmp_path):
+    # an older run (seed 1) lacks the newer monitors: its lines are missing there, nothing is made up for it
+    histories = {
+        arm: {
+            0: [
+                {"step": s, "kl": 0.01 * s, "grad_norm": 1.0 / s, "response_tokens.central": 10.0 + s, "f1": 0.1}
+                for s in range(1, 4)
+            ],
+            1: [{"step": s, "kl": 0.02 * s, "f1": 0.1} for s in range(1, 4)],
+        }
+        for arm in ("joint", "central_only")
+    }
+    changed = copy.deepcopy(histories)
+    changed["joint"][0][1]["grad_norm"] = 5.0
+    _same_twice_and_changes(plot_health, histories, changed, tmp_path)
+    with_entropy = copy.deepcopy(histories)
+    with_entropy["joint"][1][0]["entropy"] = 2.0  # one more panel
+    assert plot_health(with_entropy, tmp_path / "e.png").read_bytes() != (tmp_path / "two.png").read_bytes()
+    assert plot_health({"joint": {0: [{"step": 1, "reward_mean": 0.5}]}}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_score_vs_compute_with_reference(tmp_path):

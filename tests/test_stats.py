@@ -1,4 +1,4 @@
-"""Hand-computed cases for the arm-comparison statistics (bootstrap CIs, sign-flip test, seed verdict)."""
+"""Hand-computed cases for the arm-comparison statistics (bootstrap CIs, sign-flip test, seed verdict, MDE)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from centralrl.stats import (
     bootstrap_ci,
     macro_bootstrap_ci,
     macro_mean,
+    minimum_detectable_difference,
     paired_difference_ci,
+    paired_difference_se,
     paired_permutation_pvalue,
     seed_spread,
     verdict,
@@ -136,3 +138,75 @@ def test_verdict():
     assert set(VERDICTS) == {"supported", "contradicted", "inconclusive"} and "a - b" in VERDICT_RULE
     with pytest.raises(ValueError):
         verdict([])
+
+
+def test_minimum_detectable_difference_is_z_half_alpha_plus_z_power_times_se():
+    # z_0.975 = 1.959964, z_0.8 = 0.841621 (normal quantiles): 2.801585 x SE at alpha 0.05, power 0.8
+    assert minimum_detectable_difference(2.0) == pytest.approx(2 * (1.959964 + 0.841621), abs=1e-5)
+    # alpha 0.10 (level 0.90) and power 0.9: z_0.95 + z_0.9 = 1.644854 + 1.281552
+    assert minimum_detectable_difference(1.0, level=0.90, power=0.9) == pytest.approx(2.926405, abs=1e-5)
+    assert minimum_detectable_difference(0.0) == 0.0
+    with pytest.raises(ValueError):
+        minimum_detectable_difference(1.0, power=1.0)
+
+
+def test_paired_se_and_mde_of_one_seed_by_hand():
+    # d = a - b = [100, 0, 100, 0]: the bootstrap mean of 4 draws has variance var0(d) / n = 2500 / 4, SE 25
+    a, b = {"x": [100, 0, 100, 0]}, {"x": [0, 0, 0, 0]}
+    se = paired_difference_se([a], [b], seed=0, resamples=40000)
+    assert se == pytest.approx(25.0, rel=0.01)  # the SE of a bootstrap SE of 40000 draws is ~0.4% of it
+    assert minimum_detectable_difference(se) == pytest.approx(2.801585 * 25.0, rel=0.01)  # ~70 points
+    assert paired_difference_se([a], [b], seed=0, resamples=40000) == se  # seeded: the same draws
+
+
+def test_paired_se_pools_seeds_over_the_same_questions_by_hand():
+    # the statistic is the macro-average of each question's difference averaged over the two seeds, D:
+    # x: seed 0 [100, 0], seed 1 [0, 0] -> D = [50, 0], var0 625, / n 2 = 312.5
+    # y: seed 0 [100, 100, 0, 0], seed 1 [100, 0, 100, 0] -> D = [100, 50, 50, 0], var0 1250, / n 4 = 312.5
+    # SE = sqrt(312.5 + 312.5) / 2 benchmarks = 12.5
+    zeros = {"x": [0, 0], "y": [0, 0, 0, 0]}
+    a = [{"x": [100, 0], "y": [100, 100, 0, 0]}, {"x": [0, 0], "y": [100, 0, 100, 0]}]
+    se = paired_difference_se(a, [zeros, zeros], seed=3, resamples=40000)
+    assert se == pytest.approx(12.5, rel=0.01)
+    # each seed alone is noisier: seed 0: sqrt(2500/2 + 2500/4) / 2 = 21.65
+    assert paired_difference_se(a[:1], [zeros], seed=3, resamples=40000) == pytest.approx(21.65, rel=0.01)
+    with pytest.raises(ValueError, match="same benchmarks"):
+        paired_difference_se([a[0], {"x": [0], "y": [0, 0, 0, 0]}], [zeros, {"x": [0], "y": [0, 0, 0, 0]}], seed=0)
+
+
+@pytest.mark.parametrize(("questions", "detectable"), [(40, False), (4000, True)])
+def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detectable(
+    smoke_params, questions, detectable
+):
+    # a - b is 100 on every other question, 0 elsewhere: SE = sqrt(2500 / n), MDE = 2.80 x SE:
+    # 22.2 at 40 questions (above the published +2.43), 2.21 at 4000 (below it)
+    from centralrl.compare import power
+    from centralrl.config import load_config
+    from centralrl.report import power_notes
+
+    def records(scores):
+        return [{"id": f"q{i:05d}", "benchmark": "x", "f1": s} for i, s in enumerate(scores)]
+
+    a = {seed: records([i % 2 for i in range(questions)]) for seed in (0, 1)}
+    b = {seed: records([0.0] * questions) for seed in (0, 1)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert result["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / questions), rel=0.05)
+    assert result["detectable"] is detectable and result["published"] == pytest.approx(2.43)
+    claim = {"verdict": "inconclusive", "power": result}
+    notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
+    said = "could have detected the published +2.43" if detectable else "could not have detected the published +2.43"
+    assert said in notes[0] and f"{questions} questions x 2 seeds" in notes[0]
+
+
+def test_arms_that_answer_alike_size_no_test(smoke_params):
+    # every paired difference 0: the bootstrap SE is 0, which sizes no test (an MDE of 0 would claim anything is seen)
+    from centralrl.compare import power
+    from centralrl.config import load_config
+    from centralrl.report import power_notes
+
+    same = {seed: [{"id": f"q{i}", "benchmark": "x", "f1": i % 2} for i in range(8)] for seed in (0, 1)}
+    result = power(load_config(smoke_params), same, same, "f1")
+    assert (result["se"], result["mde"], result["detectable"]) == (0.0, None, None)
+    claim = {"verdict": "inconclusive", "power": result}
+    notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
+    assert "could have detected the published difference is unknown" in notes[0]

@@ -5,7 +5,14 @@ Scores are on a 0-100 scale. Per cell and benchmark: the mean with a seeded boot
 macro-average over benchmarks (as the published tables average), with a stratified bootstrap CI. Between the
 claim's two arms, per seed: the paired difference over the same questions (paired bootstrap CI, sign-flip
 permutation p-value) and the spread of the per-seed differences. The verdict rule is `stats.VERDICT_RULE`,
-applied at every budget (equal steps, equal trained tokens, ...), beside the published numbers.
+applied at every budget (equal steps, equal trained tokens, ...), beside the published numbers, with the
+minimum detectable difference (MDE) of the seed-averaged paired difference at `compare.power` and alpha =
+1 - `compare.level` (`stats.minimum_detectable_difference`), pooled over seeds and per seed (the verdict rule
+asks every seed's own interval to exclude 0), and whether the published difference is at least the pooled MDE.
+
+Per arm and budget, how far each role moved from the start (the evaluate stage's movement files) and the seeds
+in which the arm's trained sub-agents changed no greedy output at all: there the arm's sub-agents are still the
+start's, so comparing it with central_only compares the central agent against itself.
 
 Departure from the published comparison: it reported one run per arm at equal steps; here every budget cut is
 a separate comparison, and each states what each arm spent when it was cut.
@@ -16,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
-from centralrl.config import Config
+from centralrl.config import TOPOLOGY_ROLES, ArmConfig, Config
 from centralrl.errors import DataError
 from centralrl.stats import (
     VERDICT_RULE,
     Interval,
     macro_bootstrap_ci,
+    minimum_detectable_difference,
     paired_difference_ci,
+    paired_difference_se,
     paired_permutation_pvalue,
     seed_spread,
     verdict,
@@ -89,11 +98,77 @@ def paired(a: Sequence[dict], b: Sequence[dict], cfg: Config) -> dict:
     return out
 
 
+def published_difference(claim: Sequence[str], metric: str) -> float | None:
+    """The published difference first arm - second arm (None unless the metric and both arms were published).
+
+    >>> round(published_difference(["central_only", "joint"], "f1"), 2), published_difference(["a", "joint"], "f1")
+    (2.43, None)
+    """
+    published, (first, second) = PUBLISHED.get(metric, {}), claim
+    return published[first] - published[second] if first in published and second in published else None
+
+
+def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence[dict]], metric: str) -> dict:
+    """The minimum detectable difference (MDE) of the paired macro difference a - b: of its mean over the seeds
+    (`mde`, the experiment's) and of each seed's own (`seeds`), each from the paired bootstrap's standard error;
+    `detectable`: whether the published difference is at least the pooled MDE. a[seed], b[seed]: records.
+
+    A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
+    its MDE and `detectable` are None rather than a detectable difference of 0."""
+    c = cfg.compare
+
+    def se_mde(seeds: Sequence[int]) -> dict[str, float]:
+        se = paired_difference_se(
+            [score_groups(a[s], metric) for s in seeds],
+            [score_groups(b[s], metric) for s in seeds],
+            seed=c.seed,
+            resamples=c.resamples,
+        )
+        return {"se": se, "mde": minimum_detectable_difference(se, level=c.level, power=c.power) if se else None}
+
+    pooled, published = se_mde(list(a)), published_difference(cfg.claim, metric)
+    return {
+        "power": c.power,
+        "alpha": 1 - c.level,
+        "questions": len(next(iter(a.values()))),
+        **pooled,
+        "seeds": {seed: se_mde([seed]) for seed in a},
+        "published": published,
+        "detectable": None if None in (published, pooled["mde"]) else pooled["mde"] <= abs(published),
+    }
+
+
+def sub_agent_roles(spec: ArmConfig) -> list[str]:
+    """The arm's trainable roles that its topology's first role (the central agent) delegates to.
+
+    >>> sub_agent_roles(ArmConfig(trainable_roles=["central", "conclusion"])), sub_agent_roles(
+    ...     ArmConfig(topology="single_agent", trainable_roles=["agent"]))
+    (['conclusion'], [])
+    """
+    _, *delegates = TOPOLOGY_ROLES[spec.topology]
+    return [role for role in delegates if role in spec.trainable_roles]
+
+
+def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
+    """One arm at one budget: each seed's movement per role (the evaluate stage's), the arm's trained sub-agents,
+    and the seeds in which none of them changed a single greedy output (`unmoved_seeds`)."""
+    subs = sub_agent_roles(spec)
+    return {
+        "seeds": dict(movement),
+        "sub_agents": subs,
+        "unmoved_seeds": [s for s, roles in movement.items() if subs and not any(roles[r]["changed"] for r in subs)],
+    }
+
+
 def budget_comparison(
-    cfg: Config, records: Mapping[str, Mapping[int, Sequence[dict]]], cuts: Mapping[str, Mapping[int, dict]]
+    cfg: Config,
+    records: Mapping[str, Mapping[int, Sequence[dict]]],
+    cuts: Mapping[str, Mapping[int, dict]],
+    movement: Mapping[str, Mapping[int, dict]],
 ) -> dict:
-    """One budget on one backbone: every arm's scores and spending per seed, the claim's paired differences,
-    their spread over seeds and the verdict per metric. records[arm][seed], cuts[arm][seed] (budgets.json)."""
+    """One budget on one backbone: every arm's scores, spending and role movement per seed, the claim's paired
+    differences, their spread over seeds, the MDE and the verdict per metric. records[arm][seed],
+    cuts[arm][seed] (budgets.json), movement[arm][seed] (the evaluate stage's, this budget's entry)."""
     first, second = cfg.claim
     arms = {
         arm: {
@@ -114,23 +189,27 @@ def budget_comparison(
             "seeds": {seed: differences[seed][metric] for seed in cfg.seeds},
             "spread": asdict(seed_spread([d["estimate"] for d in per_seed])),
             "verdict": verdict([_interval(d) for d in per_seed]),
+            "power": power(cfg, records[first], records[second], metric),
         }
-    return {"arms": arms, "claim": claim}
+    moved = {arm: arm_movement(cfg.arm(arm), movement[arm]) for arm in cfg.arms}
+    return {"arms": arms, "claim": claim, "movement": moved}
 
 
 def _interval(d: dict) -> Interval:
     return Interval(d["estimate"], d["low"], d["high"])
 
 
-def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: Mapping) -> dict:
+def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: Mapping, movement: Mapping) -> dict:
     """Everything the report shows, as data (also the DVC metrics file).
 
-    records[backbone][arm][seed][budget], reference_records[backbone][reference], cuts[backbone][arm][seed][budget].
+    records[backbone][arm][seed][budget], reference_records[backbone][reference], cuts[backbone][arm][seed][budget],
+    movement[backbone][arm][seed][budget].
     """
     out = {
         "claim": list(cfg.claim),
         "rule": VERDICT_RULE,
         "level": cfg.compare.level,
+        "power": cfg.compare.power,
         "published": PUBLISHED,
         "backbones": {},
     }
@@ -151,6 +230,7 @@ def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: 
                         cfg,
                         {arm: {s: records[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
                         {arm: {s: cuts[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
+                        {arm: {s: movement[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
                     ),
                 }
                 for budget in cfg.budgets

@@ -1,5 +1,9 @@
 """Figures and the HTML copy of the arm-comparison report.
 
+Training histories are plotted per key over step, one line per (arm, seed); `plot_health` draws the training
+health monitors (`HEALTH_KEYS`, each as logged for the whole step and per role as `<key>.<role>`) that the
+histories hold, and only those: runs logged before a monitor existed simply lack its line.
+
 Every figure is a `matplotlib.figure.Figure` drawn on an Agg canvas (no pyplot state, nothing at import),
 saved as PNG at a fixed dpi without the "Software" metadata, so the same inputs give byte-identical files.
 Arms get colors from a fixed list in sorted-arm order; every mapping is walked in sorted-key order.
@@ -40,10 +44,23 @@ def arm_colors(arms: Sequence[str]) -> dict[str, str]:
     return {arm: COLORS[i % len(COLORS)] for i, arm in enumerate(sorted(set(arms)))}
 
 
-def _new_figure(width: float, height: float, columns: int = 1) -> tuple[Figure, list[Axes]]:
+HEALTH_KEYS = (  # the trainer's step metrics that watch for collapse, in panel order
+    "kl",
+    "entropy",
+    "response_tokens",  # generated tokens per call (response length)
+    "invalid_rate",
+    "subquestions_per_episode",
+    "informative_share",  # groups with reward variance; 1 - informative_share have zero variance
+    "informative_groups",
+    "clip_fraction",
+    "grad_norm",
+)
+
+
+def _new_figure(width: float, height: float, columns: int = 1, rows: int = 1) -> tuple[Figure, list[Axes]]:
     figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, columns, squeeze=False)[0]
+    axes = figure.subplots(rows, columns, squeeze=False).flatten()
     return figure, list(axes)
 
 
@@ -65,24 +82,62 @@ def _finish(ax: Axes, title: str, xlabel: str, ylabel: str, handles: Sequence[Li
         ax.legend(handles=list(handles), fontsize="small")
 
 
-def plot_training_curves(histories: Mapping[str, Mapping[int, Sequence[Mapping[str, float]]]], path: Path) -> Path:
-    """reward_mean and f1 over step, one line per (arm, seed): color per arm, linestyle per seed."""
+Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, float]]]]  # arm -> seed -> rows with "step"
+
+
+def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
+    """`key` over step, one line per (arm, seed) whose rows have it: color per arm, linestyle per seed."""
     colors = arm_colors(list(histories))
     seeds = sorted({seed for runs in histories.values() for seed in runs})
+    for arm in sorted(histories):
+        for seed in sorted(histories[arm]):
+            rows = [r for r in histories[arm][seed] if key in r and "step" in r]
+            if rows:
+                ax.plot(
+                    [r["step"] for r in rows],
+                    [r[key] for r in rows],
+                    color=colors[arm],
+                    linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
+                    label=f"{arm} seed {seed}",
+                )
+    _finish(ax, title, "step", key)
+
+
+def plot_training_curves(histories: Histories, path: Path) -> Path:
+    """reward_mean and f1 over step, one line per (arm, seed): color per arm, linestyle per seed."""
     figure, axes = _new_figure(10, 4, columns=2)
     for ax, key in zip(axes, ["reward_mean", "f1"]):
-        for arm in sorted(histories):
-            for seed in sorted(histories[arm]):
-                rows = [r for r in histories[arm][seed] if key in r and "step" in r]
-                if rows:
-                    ax.plot(
-                        [r["step"] for r in rows],
-                        [r[key] for r in rows],
-                        color=colors[arm],
-                        linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
-                        label=f"{arm} seed {seed}",
-                    )
-        _finish(ax, f"{key} during training", "step", key)
+        _plot_key(ax, histories, key, f"{key} during training")
+    return _save(figure, path)
+
+
+def health_keys(histories: Histories) -> list[str]:
+    """The health monitors some row of `histories` holds, as `<key>` or per role `<key>.<role>`, in HEALTH_KEYS
+    order (a monitor's step-wide key first, then its roles sorted).
+
+    >>> health_keys({"joint": {0: [{"step": 1, "response_tokens.central": 9.0, "loss": 1.0, "kl": 0.1}]}})
+    ['kl', 'response_tokens.central']
+    """
+    present = {key for runs in histories.values() for rows in runs.values() for row in rows for key in row}
+    return [
+        key
+        for monitor in HEALTH_KEYS
+        for key in sorted(present, key=lambda k: (k != monitor, k))
+        if key == monitor or key.startswith(f"{monitor}.")
+    ]
+
+
+def plot_health(histories: Histories, path: Path) -> Path | None:
+    """One panel per health monitor the histories hold (`health_keys`), three to a row; None when they hold none."""
+    keys = health_keys(histories)
+    if not keys:
+        return None
+    rows = -(-len(keys) // 3)
+    figure, axes = _new_figure(13, 3.2 * rows, columns=3, rows=rows)
+    for ax, key in zip(axes, keys):
+        _plot_key(ax, histories, key, key)
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
     return _save(figure, path)
 
 

@@ -1,7 +1,12 @@
-"""The experiment report: the verdict, what each arm spent, per-benchmark tables with CIs, and plots, as
-markdown (`report.md`) with an HTML copy and PNG figures beside it. Everything comes from `compare.comparison`
-and the training histories, so the same records give the same bytes; wall-clock, CPU time and peak memory
-live in MLflow (machine-dependent numbers would break that).
+"""The experiment report: the verdict with the minimum detectable difference beside the published one, what
+each arm spent, how far each role moved from the start, per-benchmark tables with CIs, and plots (training
+curves and health monitors among them), as markdown (`report.md`) with an HTML copy and PNG figures beside it.
+Everything comes from `compare.comparison` and the training histories, so the same records give the same bytes;
+wall-clock, CPU time and peak memory live in MLflow (machine-dependent numbers would break that).
+
+The verdict says in words when it cannot be read as evidence: an inconclusive verdict says whether the
+experiment could have detected the published difference at all, and an arm whose trained sub-agents changed no
+greedy output is named as comparing the central agent against itself.
 """
 
 from __future__ import annotations
@@ -10,7 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from centralrl.compare import PUBLISHED, VERDICT_METRICS
-from centralrl.plots import markdown_to_html, plot_differences, plot_score_vs_compute, plot_training_curves
+from centralrl.plots import (
+    markdown_to_html,
+    plot_differences,
+    plot_health,
+    plot_score_vs_compute,
+    plot_training_curves,
+)
 
 NAMES = {"f1": "F1", "acc": "Acc", "em": "EM"}
 
@@ -31,9 +42,8 @@ def verdict_section(result: dict) -> list[str]:
         f"Claim: **{first} > {second}**. Rule: {result['rule']} (level {result['level']:.0%}).",
         "",
         f"| backbone | budget | metric | {first} (mean over seeds) | {second} | difference per seed [CI], p | "
-        "verdict |"
-        " published difference |",
-        "|---|---|---|---|---|---|---|---|",
+        f"verdict | MDE at {result['power']:.0%} power (per seed) | published difference |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
@@ -46,11 +56,96 @@ def verdict_section(result: dict) -> list[str]:
                 published = PUBLISHED[metric]
                 lines.append(
                     f"| {backbone} | {budget} ({_budget_text(cut['budget'])}) | {NAMES[metric]} | {means[0]:.2f} "
-                    f"| {means[1]:.2f} | {seeds} | **{claim['verdict']}** | {published[first]:.2f} - "
-                    f"{published[second]:.2f} = {published[first] - published[second]:+.2f} |"
+                    f"| {means[1]:.2f} | {seeds} | **{claim['verdict']}** | {_mde(claim['power'])} "
+                    f"| {published[first]:.2f} - {published[second]:.2f} "
+                    f"= {published[first] - published[second]:+.2f} |"
                 )
-    lines += ["", "Published: Qwen2.5-3B, seven benchmarks, one run per arm at equal steps, no interval.", ""]
+    lines += [
+        "",
+        "Published: Qwen2.5-3B, seven benchmarks, one run per arm at equal steps, no interval. MDE: the smallest "
+        f"true difference that a two-sided test at alpha = {1 - result['level']:.2f} finds with probability "
+        f"{result['power']:.0%}, (z_(1-alpha/2) + z_power) x SE, SE the paired bootstrap's standard error of the "
+        "difference averaged over the seeds (in parentheses: each seed's own, which the verdict rule needs).",
+        "",
+        *power_notes(result),
+        *movement_notes(result),
+    ]
     return lines
+
+
+def _mde(power: Mapping) -> str:
+    per_seed = [d["mde"] for d in power["seeds"].values() if d["mde"] is not None]
+    seeds = f" ({min(per_seed):.2f}-{max(per_seed):.2f})" if per_seed else ""
+    return "none: no spread" if power["mde"] is None else f"{power['mde']:.2f}{seeds}"
+
+
+def power_notes(result: dict) -> list[str]:
+    """A sentence per inconclusive verdict: could this experiment have detected the published difference?"""
+    lines = []
+    for backbone, bb in result["backbones"].items():
+        for budget, cut in bb["budgets"].items():
+            for metric in VERDICT_METRICS:
+                claim = cut["claim"][metric]
+                if claim["verdict"] == "inconclusive":
+                    lines.append(
+                        f"- {backbone}, {budget}, {NAMES[metric]}: inconclusive; {_detectable(claim['power'])}"
+                    )
+    return lines + [""] if lines else []
+
+
+def _detectable(power: Mapping) -> str:
+    mde, published, size = (
+        power["mde"],
+        power["published"],
+        f"{power['questions']} questions x {len(power['seeds'])} seeds",
+    )
+    if mde is None:
+        return (
+            "the paired differences have no spread over the questions (the arms scored alike, or apart by the same "
+            "amount, on every question), so the bootstrap gives no standard error to size a test with: whether this "
+            "experiment could have detected the published difference is unknown."
+        )
+    worst = max((d["mde"] for d in power["seeds"].values() if d["mde"] is not None), default=0.0)
+    if published is None:
+        return f"the minimum detectable difference at {size} is {mde:.2f} (no published difference for these arms)."
+    if not power["detectable"]:
+        return (
+            f"this experiment could not have detected the published {published:+.2f}: its minimum detectable "
+            f"difference at {size} is {mde:.2f}."
+        )
+    caveat = f", though each seed alone (as the verdict rule asks) needs {worst:.2f}" if worst > abs(published) else ""
+    return (
+        f"this experiment could have detected the published {published:+.2f}: its minimum detectable difference "
+        f"at {size} is {mde:.2f}{caveat}."
+    )
+
+
+def movement_notes(result: dict) -> list[str]:
+    """A sentence per arm and budget whose trained sub-agents changed no greedy output in some seed."""
+    lines = []
+    for backbone, bb in result["backbones"].items():
+        for budget, cut in bb["budgets"].items():
+            for arm, moved in cut["movement"].items():
+                still, seeds = moved["unmoved_seeds"], moved["seeds"]
+                if not still:
+                    continue
+                subs = ", ".join(moved["sub_agents"])
+                if len(still) == len(seeds):
+                    calls = ", ".join(
+                        f"{role} {sum(seeds[s][role]['calls'] for s in seeds)}" for role in moved["sub_agents"]
+                    )
+                    lines.append(
+                        f"- **{backbone}, {budget}, {arm}: the sub-agents did not move; this compares central against "
+                        f"central.** {arm} trains {subs}, but none of their greedy outputs on the test questions "
+                        f"differs from the start's, in any seed (calls: {calls}); its verdict is no evidence about "
+                        "training the sub-agents."
+                    )
+                else:
+                    lines.append(
+                        f"- {backbone}, {budget}, {arm}: in seed(s) {', '.join(map(str, still))} the sub-agents "
+                        f"({subs}) did not move; those seeds compare central against central."
+                    )
+    return lines + [""] if lines else []
 
 
 def spending_section(result: dict) -> list[str]:
@@ -72,6 +167,52 @@ def spending_section(result: dict) -> list[str]:
                         f"| {backbone} | {budget} | {arm} | {seed} | {cell['step']} "
                         f"| {'yes' if cell['reached'] else 'no'} "
                         f"| {spent['trained_tokens']:,.0f} | {spent['flops']:.3g} |"
+                    )
+    return lines + [""]
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _kl(kl: float | None) -> str:
+    return "-" if kl is None else f"{kl:.3g}"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def movement_section(result: dict) -> list[str]:
+    """Per backbone, budget, arm and role: calls, the share changed from the start and the mean KL to it, per seed
+    and averaged over seeds (a frozen role is the start: marked, not measured)."""
+    lines = [
+        "## How far each role moved from the start",
+        "",
+        "On the test questions, per role: the share of the trained arm's greedy calls whose output differs from "
+        "what the starting checkpoint generates greedily from the same prompt, and the mean per-token "
+        "KL(policy || start) over those calls' tokens. A frozen role runs the start itself.",
+        "",
+        "| backbone | budget | arm | role | calls | changed, per seed | KL, per seed | changed, mean | KL, mean |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backbone, bb in result["backbones"].items():
+        for budget, cut in bb["budgets"].items():
+            for arm, moved in cut["movement"].items():
+                seeds = moved["seeds"]
+                for role in next(iter(seeds.values())):
+                    rows = [seeds[s][role] for s in seeds]
+                    calls = sum(r["calls"] for r in rows)
+                    if rows[0]["adapter"] is None:
+                        lines.append(f"| {backbone} | {budget} | {arm} | {role} | {calls} | frozen | frozen | | |")
+                        continue
+                    shares, kls = [r["changed_share"] for r in rows], [r["kl"] for r in rows]
+                    lines.append(
+                        f"| {backbone} | {budget} | {arm} | {role} | {calls} "
+                        f"| {'; '.join(f's{s}: {_percent(v)}' for s, v in zip(seeds, shares))} "
+                        f"| {'; '.join(f's{s}: {_kl(v)}' for s, v in zip(seeds, kls))} "
+                        f"| {_percent(_mean(shares))} | {_kl(_mean(kls))} |"
                     )
     return lines + [""]
 
@@ -127,9 +268,11 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
             for seed, cell in row["seeds"].items()
         ]
         compute = plot_score_vs_compute(points, folder / f"f1_vs_compute_{backbone}.png")
+        health = plot_health(histories[backbone], folder / f"health_{backbone}.png")
         lines += [
             f"![reward and F1 over steps, {backbone}]({curves.name})",
             "",
+            *([f"![training health monitors, {backbone}]({health.name})", ""] if health else []),
             f"![F1 against training compute, {backbone}]({compute.name})",
             "",
         ]
@@ -157,7 +300,8 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
 def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -> Path:
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
-    lines += verdict_section(result) + spending_section(result) + ["## Per benchmark (mean [95% CI], in %)", ""]
+    lines += verdict_section(result) + spending_section(result) + movement_section(result)
+    lines += ["## Per benchmark (mean [95% CI], in %)", ""]
     for backbone, bb in result["backbones"].items():
         for budget in bb["budgets"]:
             for metric in VERDICT_METRICS:

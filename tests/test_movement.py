@@ -1,0 +1,136 @@
+"""How far each role moved from the start, on tiny real runs: exact KL per position; batched movement equal to
+one call at a time and to regenerating with the start; the evaluate stage's movement file and the report's "did
+not move" statement when the sub-agents' LoRA B is zero (their outputs then equal the start's bit for bit)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from centralrl.compare import arm_movement
+from centralrl.config import load_config
+from centralrl.harness.engine import RolePolicy
+from centralrl.harness.episodes import RunSettings, run_central
+from centralrl.io import read_json, write_json
+from centralrl.models.adapters import acting_as, attach_adapters, role_adapters, save_adapters
+from centralrl.models.backbone import load_backbone
+from centralrl.movement import call_movement, position_kl
+from centralrl.report import movement_notes, movement_section
+
+JOINT = ("central", "retrieval", "conclusion")
+STATEMENT = "the sub-agents did not move; this compares central against central"
+
+
+def _joint_model(start, lora, moved: tuple[str, ...]):
+    """The start with joint's three adapters; the `moved` ones get a random LoRA B, the others keep peft's B = 0."""
+    model, tokenizer = load_backbone(start)
+    adapters = role_adapters(JOINT, "per_role")
+    model = attach_adapters(model, adapters, lora)
+    generator = torch.Generator().manual_seed(0)
+    for name, parameter in sorted(model.named_parameters()):
+        if "lora_B" in name and any(f".{role}." in name for role in moved):
+            parameter.data = 0.5 * torch.randn(parameter.shape, generator=generator)
+    return model.eval(), tokenizer, adapters
+
+
+def test_position_kl_by_hand():
+    # p = (1/2, 1/2), q = (1/4, 3/4): KL = 1/2 ln 2 + 1/2 ln(2/3)
+    p, q = torch.log(torch.tensor([0.5, 0.5])), torch.log(torch.tensor([0.25, 0.75]))
+    assert float(position_kl(p, q)) == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3), rel=1e-6)
+    assert float(position_kl(q, q)) == 0.0
+
+
+def test_batched_movement_equals_each_call_alone_and_regenerating(tiny_backbone, smoke_world):
+    """Left-padded batches with kept last positions give each call's KL and argmax decisions as a plain forward
+    pass of it alone; "changed" is what regenerating greedily with the start finds."""
+    from centralrl.config import LoraConfig, RoleTokens
+
+    model, tokenizer, adapters = _joint_model(tiny_backbone, LoraConfig(r=8, alpha=16), ("central",))
+    questions = [q for q in smoke_world[0] if q.split == "test"][:6]
+    s = RunSettings(2, RoleTokens(central=12, retrieval=12, conclusion=6, agent=12), 200, 2, greedy=True)
+    episodes = run_central(questions, RolePolicy(model, tokenizer, adapters), smoke_world[2], s)
+    calls = [c for e in episodes for c in e.calls]
+    assert len({len(c.prompt_ids) for c in calls}) > 1 and len({len(c.completion_ids) for c in calls}) > 1
+
+    def alone(call) -> tuple[bool, float]:
+        ids = torch.tensor([call.prompt_ids + call.completion_ids])
+        logits = {}
+        for name in (call.adapter, None):
+            with torch.no_grad(), acting_as(model, name):
+                logits[name] = model(input_ids=ids).logits[0, len(call.prompt_ids) - 1 : -1]
+        changed = bool((logits[call.adapter].argmax(-1) != logits[None].argmax(-1)).any())
+        return changed, float(position_kl(logits[call.adapter], logits[None]).mean())
+
+    batched = call_movement(model, calls, tokenizer.pad_token_id, batch_size=4)
+    expected = [alone(c) for c in calls]
+    assert [flag for flag, _ in batched] == [flag for flag, _ in expected]
+    assert [kl for _, kl in batched] == pytest.approx([kl for _, kl in expected], abs=1e-5)
+    assert [kl > 0 for _, kl in batched] == [c.role == "central" for c in calls]  # B = 0 elsewhere: KL exactly 0
+
+    start = RolePolicy(model, tokenizer, dict.fromkeys(adapters))
+    regenerated = [start.generate(c.role, [c.prompt_ids], len(c.completion_ids), greedy=True)[0] for c in calls]
+    assert [flag for flag, _ in batched] == [g.completion_ids != c.completion_ids for g, c in zip(regenerated, calls)]
+    assert 0 < sum(flag for flag, _ in batched) < len(calls)  # the central calls changed, the others did not
+
+
+def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> dict:
+    """The evaluate stage on one trained cell of joint whose `moved` adapters differ from the start."""
+    from stages import evaluate
+
+    cfg = load_config(params)
+    model, _, _ = _joint_model(folder / "start", cfg.lora, moved)
+    save_adapters(model, folder / out / "adapters" / "cut")
+    write_json(folder / out / "budgets.json", {"cut": {"step": 1}})
+    evaluate.main(
+        [
+            "--params",
+            str(params),
+            "--arm",
+            "joint",
+            "--seed",
+            "0",
+            "--backbone",
+            "main",
+            "--model",
+            str(folder / "start"),
+            "--index",
+            str(folder / "index"),
+            "--questions",
+            str(data["test"]),
+            "--adapters",
+            str(folder / out / "adapters"),
+            "--budgets",
+            str(folder / out / "budgets.json"),
+            "--out",
+            str(folder / out / "eval"),
+            "--metrics",
+            str(folder / out / "metrics.json"),
+            "--movement",
+            str(folder / out / "movement.json"),
+        ]
+    )
+    return read_json(folder / out / "movement.json")
+
+
+@pytest.mark.parametrize("moved", [("central",), ("central", "conclusion")], ids=["sub_agents_zero", "moved"])
+def test_the_report_says_when_the_sub_agents_did_not_move(smoke_run, moved):
+    folder, params, data = smoke_run
+    movement = _evaluate_cell(folder, params, data, moved, f"movement-{'-'.join(moved)}")["cut"]
+    questions = sum(1 for line in data["test"].read_text().splitlines() if line.strip())
+
+    assert movement["central"]["changed"] > 0 and movement["central"]["kl"] > 0
+    assert movement["conclusion"]["calls"] == questions  # every episode concludes once
+    if "conclusion" in moved:
+        assert movement["conclusion"]["changed"] > 0 and movement["conclusion"]["kl"] > 0
+    else:  # B = 0: the same function as the start, so the same bytes out and an exact 0 KL
+        assert movement["conclusion"]["changed"] == 0 and movement["conclusion"]["kl"] == 0.0
+
+    moved_arm = arm_movement(load_config(params).arm("joint"), {0: movement})
+    result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
+    notes = "\n".join(movement_notes(result))
+    assert (STATEMENT in notes) == ("conclusion" not in moved)
+    table = "\n".join(movement_section(result))
+    conclusion_share = f"{100 * movement['conclusion']['changed_share']:.0f}%"
+    assert f"| main | cut | joint | conclusion | {questions} | s0: {conclusion_share} |" in table
