@@ -57,6 +57,23 @@ def test_health_monitors_plot_the_keys_a_history_has(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
+def test_dev_curves_start_at_the_start_and_follow_the_scored_steps(tmp_path):
+    from centralrl.plots import plot_dev_curves
+
+    def run(gain: float) -> list[dict]:
+        rows = [{"step": s, "spent.flops": 1e9 * s} for s in range(1, 5)]
+        rows[0] |= {"dev.f1@start": 0.3, "dev.em@start": 0.1}
+        rows[1] |= {"dev.f1": 0.3 + gain, "dev.em": 0.1}
+        rows[3] |= {"dev.f1": 0.3 + 2 * gain, "dev.em": 0.2}
+        return rows
+
+    histories = {"joint": {0: run(0.05)}, "central_only": {0: run(0.1), 1: run(0.0)}}
+    changed = copy.deepcopy(histories)
+    changed["joint"][0][3]["dev.f1"] = 0.9
+    _same_twice_and_changes(plot_dev_curves, histories, changed, tmp_path)
+    assert plot_dev_curves({"joint": {0: [{"step": 1, "spent.flops": 1.0}]}}, tmp_path / "none.png") is None
+
+
 def test_score_vs_compute_with_reference(tmp_path):
     points = [{"arm": "base", "seed": 0, "budget": "none", "flops": 0.0, "score": 20.0}]
     points += [

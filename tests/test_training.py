@@ -121,9 +121,10 @@ def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_ru
 class ScriptedSampler:
     """Stands in for sampling from a language model (the outside boundary) so that every role acts: the central
     agent delegates (max_turns 1, so the conclusion is then forced), the conclusion answers right in every other
-    episode, and the central agent's plan words differ in those same episodes. Were every episode's central call
-    the same sequence, its group-normalised advantages would sum to zero on it and the central adapter would get
-    no gradient. The update itself runs the real tiny model with its real adapters."""
+    episode, and the central agent's plan words and the retrieval agent's notes differ in those same episodes.
+    Were every episode's call of a role the same sequence, its group-normalised advantages would sum to zero on
+    it and that adapter would get no gradient (only float round-off, which Adam would blow up to a step). The
+    update itself runs the real tiny model with its real adapters."""
 
     def __init__(self, right: str, wrong: str):
         self.right, self.wrong, self.calls = right, wrong, {}
@@ -136,7 +137,7 @@ class ScriptedSampler:
             action = "<conclude></conclude>" if "Note:" in prompt else "<subquestion>Which word?</subquestion>"
             return f"{plan}</think>{action}"
         if role == "retrieval":
-            return "nothing relevant</note>"
+            return "nothing relevant</note>" if odd else "no relevant passage</note>"
         return (self.right if odd else self.wrong) + "</answer>"
 
 

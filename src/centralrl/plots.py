@@ -2,7 +2,8 @@
 
 Training histories are plotted per key over step, one line per (arm, seed); `plot_health` draws the training
 health monitors (`HEALTH_KEYS`, each as logged for the whole step and per role as `<key>.<role>`) that the
-histories hold, and only those: runs logged before a monitor existed simply lack its line.
+histories hold, and only those: runs logged before a monitor existed simply lack its line. `plot_dev_curves`
+draws the dev-split F1 (`centralrl.rl.dev`) against step and against training FLOPs, from the start.
 
 Every figure is a `matplotlib.figure.Figure` drawn on an Agg canvas (no pyplot state, nothing at import),
 saved as PNG at a fixed dpi without the "Software" metadata, so the same inputs give byte-identical files.
@@ -108,6 +109,35 @@ def plot_training_curves(histories: Histories, path: Path) -> Path:
     figure, axes = _new_figure(10, 4, columns=2)
     for ax, key in zip(axes, ["reward_mean", "f1"]):
         _plot_key(ax, histories, key, f"{key} during training")
+    return _save(figure, path)
+
+
+def dev_points(rows: Sequence[Mapping[str, float]], metric: str = "f1") -> list[tuple[float, float, float]]:
+    """(step, training FLOPs spent, dev score) of a run's history: its start (kept in the first row as
+    `dev.<metric>@start`) and every step where the dev split was scored.
+
+    >>> rows = [{"step": 1, "dev.f1@start": 0.2, "spent.flops": 5.0}, {"step": 2, "dev.f1": 0.3, "spent.flops": 9.0}]
+    >>> dev_points(rows)
+    [(0, 0.0, 0.2), (2, 9.0, 0.3)]
+    """
+    start = [(0, 0.0, rows[0][f"dev.{metric}@start"])] if rows and f"dev.{metric}@start" in rows[0] else []
+    return start + [(r["step"], r["spent.flops"], r[f"dev.{metric}"]) for r in rows if f"dev.{metric}" in r]
+
+
+def plot_dev_curves(histories: Histories, path: Path) -> Path | None:
+    """Dev F1 against step and against training FLOPs, one line per (arm, seed); None without dev scores."""
+    colors = arm_colors(list(histories))
+    seeds = sorted({seed for runs in histories.values() for seed in runs})
+    curves = {(arm, seed): dev_points(rows) for arm, runs in histories.items() for seed, rows in runs.items()}
+    if not any(curves.values()):
+        return None
+    figure, axes = _new_figure(10, 4, columns=2)
+    for (arm, seed), points in sorted(curves.items()):
+        style = {"color": colors[arm], "linestyle": LINESTYLES[seeds.index(seed) % len(LINESTYLES)], "marker": "o"}
+        for ax, x in zip(axes, (0, 1)):
+            ax.plot([p[x] for p in points], [p[2] for p in points], label=f"{arm} seed {seed}", **style)
+    _finish(axes[0], "dev F1 (held-out training questions)", "step", "dev F1")
+    _finish(axes[1], "dev F1 against training compute", "training FLOPs (rollout + update)", "dev F1")
     return _save(figure, path)
 
 

@@ -18,6 +18,7 @@ from centralrl.compare import PUBLISHED, VERDICT_METRICS
 from centralrl.plots import (
     markdown_to_html,
     plot_differences,
+    plot_dev_curves,
     plot_health,
     plot_score_vs_compute,
     plot_training_curves,
@@ -269,9 +270,11 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
         ]
         compute = plot_score_vs_compute(points, folder / f"f1_vs_compute_{backbone}.png")
         health = plot_health(histories[backbone], folder / f"health_{backbone}.png")
+        dev = plot_dev_curves(histories[backbone], folder / f"dev_{backbone}.png")
         lines += [
             f"![reward and F1 over steps, {backbone}]({curves.name})",
             "",
+            *([f"![dev F1 against step and training FLOPs, {backbone}]({dev.name})", ""] if dev else []),
             *([f"![training health monitors, {backbone}]({health.name})", ""] if health else []),
             f"![F1 against training compute, {backbone}]({compute.name})",
             "",

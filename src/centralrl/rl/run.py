@@ -45,6 +45,7 @@ from centralrl.io import atomic_directory, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
+from centralrl.rl.dev import dev_scores, split_dev
 from centralrl.rl.health import TrainingDiverged, health_problem
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import read_questions
@@ -101,14 +102,16 @@ def build_trainer(
 ) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
     policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
+    training, dev = split_dev(read_questions(train_path), cfg.train.dev)
     trainer = Trainer(
         cfg,
         policy,
         open_retriever(cfg.retrieval, index_dir),
-        read_questions(train_path),
+        training,
         cfg.arm(arm).topology,
         seed,
         world=world,
+        dev=dev,
     )
     if not world.is_main:
         world.barrier()  # the main process first discards a state left by other params
@@ -159,17 +162,34 @@ def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
     return timing
 
 
+def score_dev(trainer: Trainer) -> dict[str, float]:
+    """The current policy's greedy dev scores (`centralrl.rl.dev`), or none without a dev split. Every process
+    scores the same questions with the same weights, so they agree without exchanging anything."""
+    if not trainer.dev:
+        return {}
+    with trainer.policy.clock.phase("dev"):
+        return dev_scores(trainer.cfg, trainer.policy, trainer.retriever, trainer.dev, trainer.topology)
+
+
 def run_steps(
     cfg: Config, trainer: Trainer, progress: Progress, state: Path, key: str, phases: Phases, tracker: Tracker
 ) -> None:
     """Step until every budget is cut or `grpo.steps` is reached; only the main process writes."""
+    start = score_dev(trainer) if not progress.history else {}  # kept in the first step's row
+    if start:
+        tracker.log_metrics(start, step=0)
     while len(progress.cuts) < len(cfg.budgets) and trainer.step < cfg.train.grpo.steps:
         started = time.perf_counter()
         episodes = phases.rollout(trainer)
         metrics = phases.update(trainer, episodes, phases.reward(trainer, episodes))
-        progress.history.append({"step": trainer.step, **metrics})
+        seconds = time.perf_counter() - started  # scoring the dev split is not training: no budget pays for it
+        if trainer.step % cfg.train.dev.every == 0 or trainer.step == cfg.train.grpo.steps:
+            metrics |= score_dev(trainer)
+        progress.history.append({"step": trainer.step, **metrics, **{f"{k}@start": v for k, v in start.items()}})
+        progress.history[-1]["spent.flops"] = spending(progress.history, 0.0)["flops"]  # the dev curve's x
+        start = {}
         # every process must see the same clock, or a wall_seconds budget would cut them at different steps
-        timing = step_timing(trainer, trainer.world.slowest(time.perf_counter() - started))
+        timing = step_timing(trainer, trainer.world.slowest(seconds))
         progress.wall_seconds += timing["step_seconds"]
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
         _stop_if_diverged(cfg, metrics, trainer.step, state)

@@ -1,0 +1,44 @@
+"""The dev split: a fixed sample of the training questions that neither the warm start nor GRPO ever trains on,
+on which the train stage scores the current policy greedily every `train.dev.every` steps.
+
+It gives learning curves (dev F1 against step and training FLOPs, per arm and seed) and a split to choose
+hyperparameters on without touching the test split. The sample derives from `train.dev.seed` alone, so every
+arm and seed is scored on the same questions, and it is drawn from the training file as a whole before any
+other selection (the warm start's questions and each step's draw come from what is left).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from centralrl.assembly import run_settings
+from centralrl.config import Config, DevConfig
+from centralrl.harness.engine import RolePolicy
+from centralrl.harness.episodes import TOPOLOGIES
+from centralrl.metrics import em, f1
+from centralrl.retrieval.base import Retriever
+from centralrl.schema import Question
+from centralrl.seeding import derive_seed
+
+
+def split_dev(questions: Sequence[Question], dev: DevConfig) -> tuple[list[Question], list[Question]]:
+    """(training questions, dev questions): `dev.questions` of them drawn from `dev.seed`, in file order."""
+    if dev.questions >= len(questions):
+        raise ValueError(
+            f"train.dev.questions ({dev.questions}) leaves none of the {len(questions)} training questions to train on"
+        )
+    held = set(random.Random(derive_seed(dev.seed, "dev")).sample(range(len(questions)), dev.questions))
+    return [q for i, q in enumerate(questions) if i not in held], [questions[i] for i in sorted(held)]
+
+
+def dev_scores(
+    cfg: Config, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str
+) -> dict[str, float]:
+    """Mean F1 and EM of the policy's greedy episodes on the dev questions."""
+    policy.model.eval()
+    episodes = TOPOLOGIES[topology](list(questions), policy, retriever, run_settings(cfg, greedy=True, seed=0))
+    return {
+        "dev.f1": sum(f1(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
+        "dev.em": sum(em(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
+    }
