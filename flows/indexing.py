@@ -1,7 +1,10 @@
-"""Prefect flow `build-index`: load the corpus, build the BM25 index, save it, report recall@k per benchmark.
+"""Prefect flow `build-index`: load the corpus, build the index, save it, report recall@k per benchmark.
 
 The DVC stage `build_index` runs this flow, so `dvc repro` decides staleness and Prefect shows the run.
-Only the build task retries (it is the one that talks to Elasticsearch when that backend is chosen).
+Besides the configured backend, every backend in `retrieval.compare_backends` is built in memory (each base
+backend once: a hybrid reuses the bm25s and dense indexes) and scored on the same questions; only the
+configured one is saved. Only the build task retries (it is the one that talks to Elasticsearch when that
+backend is among them).
 """
 
 from __future__ import annotations
@@ -13,9 +16,18 @@ from prefect import flow, task
 from centralrl.config import RetrievalConfig, load_config
 from centralrl.errors import ServiceUnavailable
 from centralrl.io import atomic_directory, read_jsonl, write_json
-from centralrl.retrieval import Retriever, build_index, save_index
+from centralrl.retrieval import Retriever, build_retrievers, save_index
 from centralrl.retrieval.recall import recall_table
 from centralrl.schema import Passage, read_questions
+
+
+def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
+    """The configured backend first, then the compared ones not already listed.
+
+    >>> backends_to_measure(RetrievalConfig(backend="dense", compare_backends=["bm25s", "dense", "hybrid"]))
+    ['dense', 'bm25s', 'hybrid']
+    """
+    return list(dict.fromkeys([cfg.backend, *cfg.compare_backends]))
 
 
 @task
@@ -29,8 +41,8 @@ def _server_was_down(task, task_run, state) -> bool:
 
 
 @task(retries=2, retry_delay_seconds=10, retry_condition_fn=_server_was_down)
-def build(passages: list[Passage], cfg: RetrievalConfig) -> Retriever:
-    return build_index(passages, cfg)
+def build(passages: list[Passage], cfg: RetrievalConfig) -> dict[str, Retriever]:
+    return build_retrievers(passages, cfg, backends_to_measure(cfg))
 
 
 @task
@@ -40,12 +52,23 @@ def save(index: Retriever, cfg: RetrievalConfig, passages: int, directory: str) 
 
 
 @task
-def report(index: Retriever, cfg: RetrievalConfig, question_files: list[str], metrics_path: str) -> dict:
-    tables = {}
-    for path in question_files:
-        tables[Path(path).stem] = recall_table(read_questions(path), index, cfg.recall_ks, cfg.query_batch_size)
-    write_json(metrics_path, tables)
-    return tables
+def report(
+    retrievers: dict[str, Retriever], cfg: RetrievalConfig, question_files: list[str], metrics_path: str
+) -> dict:
+    """{split: {benchmark: row}} for the configured backend, and the same under `compare.<backend>` for the
+    others."""
+    questions = {Path(path).stem: read_questions(path) for path in question_files}
+    tables = {
+        backend: {
+            split: recall_table(qs, retriever, cfg.recall_ks, cfg.query_batch_size) for split, qs in questions.items()
+        }
+        for backend, retriever in retrievers.items()
+    }
+    metrics = tables.pop(cfg.backend)
+    if tables:
+        metrics["compare"] = tables
+    write_json(metrics_path, metrics)
+    return metrics
 
 
 @flow(name="build-index")
@@ -54,6 +77,6 @@ def indexing_flow(
 ) -> dict:
     cfg = load_config(params_path).retrieval
     passages = load_corpus(corpus_path)
-    index = build(passages, cfg)
-    save(index, cfg, len(passages), index_dir)
-    return report(index, cfg, question_files, metrics_path)
+    retrievers = build(passages, cfg)
+    save(retrievers[cfg.backend], cfg, len(passages), index_dir)
+    return report(retrievers, cfg, question_files, metrics_path)

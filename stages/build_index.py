@@ -1,4 +1,8 @@
-"""Stage `build_index`: run the Prefect indexing flow (load corpus, build, save, report recall@k)."""
+"""Stage `build_index`: run the Prefect indexing flow (load corpus, build, save, report recall@k).
+
+The configured `retrieval.backend` is saved to --index; it and every backend of `retrieval.compare_backends`
+are scored on the same questions in --metrics.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
     parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
     parser.add_argument("--index", required=True, help="output: index directory")
-    parser.add_argument("--metrics", required=True, help="output: recall@k per split and benchmark (JSON)")
+    parser.add_argument(
+        "--metrics", required=True, help="output: recall@k per split and benchmark, per backend (JSON)"
+    )
     args = parser.parse_args(argv)
 
     from flows.indexing import indexing_flow

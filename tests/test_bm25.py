@@ -1,11 +1,13 @@
-"""The bm25s backend on a handful of passages: ranking, k, empty queries, save/load, numba = numpy."""
+"""The bm25s backend on a handful of passages: ranking, k, empty queries, save/load, numba = numpy, and the
+index manifest every backend shares (settings and corpus digest checked on open)."""
 
 import pytest
 
 from centralrl.config import RetrievalConfig
 from centralrl.errors import RetrievalError
-from centralrl.io import atomic_directory
+from centralrl.io import atomic_directory, read_json, write_jsonl
 from centralrl.retrieval import build_index, open_retriever, save_index
+from centralrl.retrieval.base import file_sha256
 from centralrl.retrieval.bm25 import Bm25sIndex
 from centralrl.retrieval.recall import recall_table
 from centralrl.schema import Passage, Question, SubQuestion
@@ -66,6 +68,17 @@ def test_open_refuses_an_index_built_with_other_settings(tmp_path):
     save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path)
     with pytest.raises(RetrievalError, match=r"built with \{'k1': 1.2\}"):
         open_retriever(RetrievalConfig(k1=0.9), tmp_path)
+
+
+def test_manifest_records_the_corpus_file_digest_and_open_refuses_another_corpus(tmp_path):
+    cfg = RetrievalConfig(bm25s_backend="numpy")
+    save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path / "index")
+    write_jsonl(tmp_path / "corpus.jsonl", (p.to_json() for p in PASSAGES))  # as prepare_data writes it
+    write_jsonl(tmp_path / "other.jsonl", (p.to_json() for p in PASSAGES[:3]))
+    assert read_json(tmp_path / "index" / "manifest.json")["corpus_sha256"] == file_sha256(tmp_path / "corpus.jsonl")
+    assert open_retriever(cfg, tmp_path / "index", tmp_path / "corpus.jsonl").search(["Brelm"], 1)[0][0].id == "p4"
+    with pytest.raises(RetrievalError, match=r"built with \{'corpus_sha256': '[0-9a-f]{64}'\}, the corpus .*other"):
+        open_retriever(cfg, tmp_path / "index", tmp_path / "other.jsonl")
 
 
 def test_open_without_index_says_how_to_build_it(tmp_path):

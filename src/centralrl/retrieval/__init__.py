@@ -1,7 +1,16 @@
-"""Retrieval: one interface (`Retriever.search`: queries in, top-k hits out) and two BM25 backends.
+"""Retrieval: one interface (`Retriever.search`: queries in, top-k hits out) and four backends.
 
-`build_index` writes what a backend needs into an index directory (the bm25s arrays, or for Elasticsearch a
-manifest naming the cluster index it filled); `open_retriever` turns that directory back into a Retriever.
+- `bm25s`: embedded BM25 (bm25.py); `elasticsearch`: BM25 in a cluster (elastic.py);
+- `dense`: an encoder and a faiss index (encoder.py, dense.py);
+- `hybrid`: reciprocal rank fusion of the backends named in `retrieval.hybrid.backends` (hybrid.py).
+
+`build_index` writes what a backend needs into an index directory (the bm25s arrays, the faiss index, for
+Elasticsearch a manifest naming the cluster index it filled, for hybrid one subdirectory per fused backend);
+`open_retriever` turns that directory back into a Retriever. Every directory has a `manifest.json`: the
+backend, the settings the index was built with (`index_settings`), the passage count and the corpus sha256
+(`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder. `open_retriever` refuses an
+index whose settings differ from the params (naming both sides), and, when given the corpus file, one built
+over another corpus.
 """
 
 from __future__ import annotations
@@ -9,15 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from centralrl.config import RetrievalConfig
+from centralrl.config import BASE_BACKENDS, RetrievalConfig
 from centralrl.errors import RetrievalError
 from centralrl.io import read_json, write_json
-from centralrl.retrieval.base import Hit, Retriever
+from centralrl.retrieval.base import Hit, Retriever, file_sha256
 from centralrl.schema import Passage
 
 MANIFEST = "manifest.json"
 
-__all__ = ["Hit", "Retriever", "build_index", "open_retriever", "save_index"]
+__all__ = ["Hit", "Retriever", "build_index", "build_retrievers", "index_settings", "open_retriever", "save_index"]
+
+
+def _as(cfg: RetrievalConfig, backend: str) -> RetrievalConfig:
+    """The same retrieval params with another backend (a hybrid's components, compared backends)."""
+    return cfg.model_copy(update={"backend": backend})
 
 
 def _elasticsearch(cfg: RetrievalConfig):
@@ -26,40 +40,124 @@ def _elasticsearch(cfg: RetrievalConfig):
     return ElasticsearchIndex.from_config(cfg)
 
 
-def build_index(passages: Sequence[Passage], cfg: RetrievalConfig) -> Retriever:
-    """Index `passages` with the configured backend: in memory for bm25s, into the cluster for Elasticsearch."""
-    if cfg.backend == "bm25s":
+def _encoder(cfg: RetrievalConfig):
+    from centralrl.retrieval.encoder import Encoder
+
+    return Encoder.load(cfg.dense)
+
+
+def _build_base(passages: Sequence[Passage], cfg: RetrievalConfig, backend: str) -> Retriever:
+    if backend == "bm25s":
         from centralrl.retrieval.bm25 import Bm25sIndex
 
         return Bm25sIndex.build(passages, cfg.k1, cfg.b, cfg.stemming, cfg.bm25s_backend)
+    if backend == "dense":
+        from centralrl.retrieval.dense import DenseIndex
+
+        return DenseIndex.build(passages, _encoder(cfg), cfg.dense)
     index = _elasticsearch(cfg)
     index.create(passages)
     return index
 
 
+def _hybrid(components: dict[str, Retriever], cfg: RetrievalConfig) -> Retriever:
+    from centralrl.retrieval.hybrid import HybridRetriever
+
+    return HybridRetriever(components, cfg.hybrid)
+
+
+def build_retrievers(passages: Sequence[Passage], cfg: RetrievalConfig, backends: Sequence[str]) -> dict:
+    """{backend: Retriever} over `passages` for each of `backends`; each base backend is built once, and a
+    hybrid fuses those same retrievers."""
+    needed = {name for backend in backends for name in (cfg.hybrid.backends if backend == "hybrid" else [backend])}
+    built = {name: _build_base(passages, cfg, name) for name in BASE_BACKENDS if name in needed}
+    if "hybrid" in backends:
+        built["hybrid"] = _hybrid(built, cfg)
+    return {backend: built[backend] for backend in backends}
+
+
+def build_index(passages: Sequence[Passage], cfg: RetrievalConfig) -> Retriever:
+    """Index `passages` with the configured backend: in memory, or into the cluster for Elasticsearch."""
+    return build_retrievers(passages, cfg, [cfg.backend])[cfg.backend]
+
+
+def index_settings(cfg: RetrievalConfig) -> dict:
+    """The params an index of `cfg.backend` is built from: an index answers only under the same ones.
+    Search-time params (top k, ivf_probe, hnsw_ef_search, query_prefix, hybrid weights) are not among them."""
+    if cfg.backend == "hybrid":
+        return {"components": sorted(cfg.hybrid.backends)}
+    if cfg.backend != "dense":
+        return {"k1": cfg.k1, "b": cfg.b, "stemming": cfg.stemming}
+    dense = cfg.dense
+    settings = {
+        "encoder": dense.encoder,
+        "revision": dense.revision,
+        "pooling": dense.pooling,
+        "passage_prefix": dense.passage_prefix,
+        "max_length": dense.max_length,
+        "index": dense.index,
+    }
+    if dense.index == "ivf":
+        settings["ivf_lists"] = dense.ivf_lists
+    if dense.index == "hnsw":
+        settings |= {"hnsw_m": dense.hnsw_m, "hnsw_ef_construction": dense.hnsw_ef_construction}
+    return settings
+
+
 def save_index(index: Retriever, cfg: RetrievalConfig, passages: int, directory: str | Path) -> None:
-    """Write the index directory: bm25s arrays (Elasticsearch keeps its own) plus a manifest of the settings."""
+    """Write the index directory: the backend's files (Elasticsearch keeps its own) plus the manifest."""
     directory = Path(directory)
-    if cfg.backend == "bm25s":
+    directory.mkdir(parents=True, exist_ok=True)
+    if cfg.backend == "hybrid":
+        for name, component in index.components.items():
+            save_index(component, _as(cfg, name), passages, directory / name)
+    elif cfg.backend != "elasticsearch":
         index.save(directory)
-    manifest = {"backend": cfg.backend, "passages": passages, "k1": cfg.k1, "b": cfg.b, "stemming": cfg.stemming}
+    manifest = {"backend": cfg.backend, "passages": passages, "corpus_sha256": index.corpus_sha256}
+    manifest |= index_settings(cfg)
+    if cfg.backend == "dense":
+        manifest |= {"dimension": index.encoder.dimension, "encoder_sha256": index.encoder.weights_sha256}
     if cfg.backend == "elasticsearch":
         manifest |= {"url": cfg.elasticsearch.url, "index": cfg.elasticsearch.index}
     write_json(directory / MANIFEST, manifest)
 
 
-def open_retriever(cfg: RetrievalConfig, directory: str | Path) -> Retriever:
-    """The retriever that `build_index` left in `directory`; refuses an index built with other settings."""
+def _refuse_mismatch(manifest: dict, wanted: dict, directory: Path, source: str = "params say") -> None:
+    """Raise naming, for each key where the manifest and `wanted` differ, both values."""
+    differ = [key for key, value in wanted.items() if manifest.get(key) != value]
+    if differ:
+        built = {key: manifest.get(key) for key in differ}
+        asked = {key: wanted[key] for key in differ}
+        raise RetrievalError(f"{directory}: index was built with {built}, {source} {asked}; rebuild it")
+
+
+def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Path | None = None) -> Retriever:
+    """The retriever that `build_index` left in `directory`. Refuses an index built with other settings, and,
+    when `corpus` (the corpus file) is given, one built over other passages."""
     directory = Path(directory)
     if not (directory / MANIFEST).is_file():
         raise RetrievalError(f"{directory}: no index manifest (run `dvc repro build_index` first)")
     manifest = read_json(directory / MANIFEST)
-    wanted = {"backend": cfg.backend, "k1": cfg.k1, "b": cfg.b, "stemming": cfg.stemming}
-    stale = {key: manifest.get(key) for key, value in wanted.items() if manifest.get(key) != value}
-    if stale:
-        raise RetrievalError(f"{directory}: index was built with {stale}, params say {wanted}; rebuild it")
+    _refuse_mismatch(manifest, {"backend": cfg.backend, **index_settings(cfg)}, directory)
+    if corpus is not None:
+        _refuse_mismatch(manifest, {"corpus_sha256": file_sha256(corpus)}, directory, f"the corpus {corpus} has")
     if cfg.backend == "bm25s":
         from centralrl.retrieval.bm25 import Bm25sIndex
 
         return Bm25sIndex.load(directory, cfg.bm25s_backend)
+    if cfg.backend == "dense":
+        return _open_dense(cfg, directory, manifest)
+    if cfg.backend == "hybrid":
+        return _hybrid(
+            {name: open_retriever(_as(cfg, name), directory / name, corpus) for name in cfg.hybrid.backends}, cfg
+        )
     return _elasticsearch(cfg)
+
+
+def _open_dense(cfg: RetrievalConfig, directory: Path, manifest: dict) -> Retriever:
+    from centralrl.retrieval.dense import DenseIndex
+
+    encoder = _encoder(cfg)
+    source = f"encoder {encoder.name} ({encoder.folder}) has"
+    _refuse_mismatch(manifest, {"encoder_sha256": encoder.weights_sha256}, directory, source)
+    return DenseIndex.load(directory, encoder, cfg.dense)

@@ -1,15 +1,24 @@
-"""The retrieval interface every backend implements: a batch of queries in, top-k passages with scores out."""
+"""The retrieval interface every backend implements: a batch of queries in, top-k passages with scores out.
+
+Also the corpus content hash that every index manifest records: the sha256 of the passages as JSON lines, the
+same bytes `prepare_data` writes to the corpus file, so `sha256sum data/corpus.jsonl` gives the same digest.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
+
+from centralrl.io import dumps
+from centralrl.schema import Passage
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved passage and its BM25 score (higher is better)."""
+    """One retrieved passage and its score under the backend that found it (higher is better)."""
 
     id: str
     title: str
@@ -23,3 +32,29 @@ class Retriever(Protocol):
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Return, for each query in order, up to `k` hits sorted by descending score."""
         ...
+
+
+def passage_line(passage: Passage) -> bytes:
+    """The passage as one line of the corpus file."""
+    return (dumps(passage.to_json()) + "\n").encode("utf-8")
+
+
+def corpus_sha256(passages: Iterable[Passage]) -> str:
+    """sha256 of the passages as the corpus file holds them.
+
+    >>> corpus_sha256([]) == hashlib.sha256(b"").hexdigest()
+    True
+    """
+    digest = hashlib.sha256()
+    for passage in passages:
+        digest.update(passage_line(passage))
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 16 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()

@@ -18,7 +18,7 @@ import numpy as np
 
 from centralrl.errors import RetrievalError
 from centralrl.io import read_json, read_jsonl, write_json, write_jsonl
-from centralrl.retrieval.base import Hit
+from centralrl.retrieval.base import Hit, corpus_sha256
 from centralrl.schema import Passage
 
 PASSAGES_FILE = "passages.jsonl"
@@ -85,6 +85,10 @@ class Bm25sIndex:
         model = bm25s.BM25.load(directory, backend=resolve_backend(backend), show_progress=False)
         passages = [Passage.from_json(row, where) for where, row in read_jsonl(directory / PASSAGES_FILE)]
         return cls(model, passages, bool(settings["stemming"]))
+
+    @property
+    def corpus_sha256(self) -> str:
+        return corpus_sha256(self.passages)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         if not queries:

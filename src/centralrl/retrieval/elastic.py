@@ -34,6 +34,7 @@ docs/verification.md.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import time
@@ -49,7 +50,7 @@ from tqdm import tqdm
 
 from centralrl.config import ElasticsearchConfig, RetrievalConfig
 from centralrl.errors import RetrievalError, ServiceUnavailable
-from centralrl.retrieval.base import Hit
+from centralrl.retrieval.base import Hit, passage_line
 from centralrl.schema import Passage
 
 T = TypeVar("T")
@@ -171,6 +172,7 @@ class ElasticsearchIndex:
         self.k1, self.b, self.stemming = k1, b, stemming
         self.query_batch_size = query_batch_size
         self._sleep = sleep
+        self.corpus_sha256: str | None = None  # set by `create`
         tls = {"verify_certs": config.verify_certs} if config.url.startswith("https://") else {}
         self.client = Elasticsearch(
             config.url,
@@ -234,6 +236,7 @@ class ElasticsearchIndex:
 
     def create(self, passages: Iterable[Passage], progress: bool = True) -> int:
         """Drop and recreate the index, bulk-index `passages` by id, refresh; return how many were indexed.
+        `corpus_sha256` is then the digest of the passages sent (centralrl.retrieval.base.corpus_sha256).
 
         Raises RetrievalError naming the first failed passage id and its reason if any item fails; chunks
         before it stay indexed.
@@ -247,11 +250,13 @@ class ElasticsearchIndex:
 
         self._call(f"recreating index {self.index}", reset)
         total = len(passages) if isinstance(passages, Sized) else None
+        digest = hashlib.sha256()
         indexed = 0
         chunk_size = self.config.bulk_chunk_size
         stream = iter(passages)
         with tqdm(total=total, desc=f"indexing into {self.index}", unit="passage", disable=not progress) as bar:
             while chunk := list(itertools.islice(stream, chunk_size)):
+                digest.update(b"".join(passage_line(p) for p in chunk))
                 results = self._call(f"bulk indexing into {self.index}", lambda chunk=chunk: self._bulk(chunk))
                 failed = [item for ok, item in results if not ok]
                 indexed += len(results) - len(failed)
@@ -263,6 +268,7 @@ class ElasticsearchIndex:
                         f"first: passage {item.get('_id')!r}: {_item_reason(item)} ({indexed} indexed before stopping)"
                     )
         self._call(f"refreshing {self.index}", lambda: self.client.indices.refresh(index=self.index))
+        self.corpus_sha256 = digest.hexdigest()
         return indexed
 
     def _bulk(self, chunk: list[Passage]) -> list[tuple[bool, dict]]:
