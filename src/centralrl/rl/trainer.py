@@ -14,10 +14,18 @@ dilute the token mean. A step with no informative group in any process skips the
 schedule (Adam's momentum would otherwise move weights on a zero gradient): it is logged as skipped with its
 rollout cost, and trains no tokens. Its draws still advance with the step, so the next step samples anew.
 
-Departures from DeepSeekMath's GRPO: one update per rollout batch (mu = 1, TRL's default): the old policy is
-the current one detached, so the ratio is 1 and the clip never binds (clip_fraction logs 0; the clipped
-objective is kept so a multi-epoch variant is a loop, not a new loss); a multi-agent episode contributes one
-sequence per trainable role call rather than one completion; the reward is token F1 (Search-R1 uses EM).
+Departures from DeepSeekMath's GRPO: one update per rollout batch (mu = 1, TRL's default): the old policy's
+log-probs are the ones the rollout recorded, so the ratio is 1 up to the numerical gap between the sampling
+engine (bf16, merged weights) and the update, and the clip bounds that gap (clip_fraction logs how often);
+a multi-agent episode contributes one sequence per trainable role call rather than one completion; the reward
+is token F1 (Search-R1 uses EM).
+
+The update (`update`) runs the decoder, then the output head only at the positions that predict a trained token
+(`grpo.head_logprobs`), in the precision of `train.grpo.precision` (bf16 autocast where the hardware has bf16
+arithmetic; the head and the log-probs in float32), on micro-batches cut from each adapter's samples sorted by
+length (less padding) and capped in padded positions (`forward_tokens`, which bounds peak memory). The
+head-only-where-trained shortcut is the causal LM's own computation for models whose logits are head(last hidden
+state), as Qwen2 and Llama/SmolLM2.
 
 Processes (`train.processes`, see `centralrl.distributed`): each process rolls out its contiguous share of the
 step's questions with its own sampling stream, the loss is normalised by the trained tokens of every process,
@@ -44,9 +52,10 @@ from centralrl.compute import ModelShape, update_flops
 from centralrl.config import Config, GrpoConfig
 from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
+from centralrl.hardware import compute_dtype
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.retrieval.base import Retriever
-from centralrl.rl.grpo import group_advantages, grpo_loss, lr_multiplier, token_logprobs
+from centralrl.rl.grpo import group_advantages, grpo_loss, head_logprobs, lr_multiplier, micro_batches
 from centralrl.rl.rewards import outcome_reward
 from centralrl.schema import Question
 from centralrl.seeding import derive_seed
@@ -54,12 +63,21 @@ from centralrl.seeding import derive_seed
 
 @dataclass(frozen=True)
 class Sample:
-    """One trainable role call: the sequence, where its completion starts, its adapter and advantage."""
+    """One trainable role call: the sequence, where its completion starts, its adapter and advantage, and the
+    log-prob the rollout recorded for each completion token (the sampling policy's, at its temperature)."""
 
     adapter: str
     ids: tuple[int, ...]
     completion_start: int
     advantage: float
+    logprobs: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.logprobs) != self.trained_tokens:
+            raise ValueError(
+                f"a {self.adapter} sample has {self.trained_tokens} completion tokens but {len(self.logprobs)} "
+                "recorded log-probs; the engine must record one per completion token"
+            )
 
     @property
     def trained_tokens(self) -> int:
@@ -79,29 +97,36 @@ def episode_rewards(episodes: Sequence[Episode], cfg: Config) -> list[float]:
 def training_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Sample]:
     """Every call made with an adapter (a trainable role), carrying its episode's advantage."""
     return [
-        Sample(call.adapter, call.prompt_ids + call.completion_ids, len(call.prompt_ids), advantage)
+        Sample(call.adapter, call.prompt_ids + call.completion_ids, len(call.prompt_ids), advantage, call.logprobs)
         for episode, advantage in zip(episodes, advantages)
         for call in episode.calls
         if call.adapter is not None and call.completion_ids
     ]
 
 
-def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, L], attention mask [B, L], and the loss mask over predicted tokens [B, L-1]."""
+def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids [B, L], attention mask [B, L], the loss mask over predicted tokens [B, L-1] (bool), and
+    the recorded log-probs of the rollout at those positions [B, L-1] (0 elsewhere)."""
     width = max(len(s.ids) for s in samples)
     ids = torch.full((len(samples), width), pad, dtype=torch.long)
     attention = torch.zeros((len(samples), width), dtype=torch.long)
-    loss_mask = torch.zeros((len(samples), width - 1))
+    loss_mask = torch.zeros((len(samples), width - 1), dtype=torch.bool)
+    recorded = torch.zeros((len(samples), width - 1))
     for row, sample in enumerate(samples):
+        completion = slice(sample.completion_start - 1, len(sample.ids) - 1)  # position t predicts token t+1
         ids[row, : len(sample.ids)] = torch.tensor(sample.ids)
         attention[row, : len(sample.ids)] = 1
-        loss_mask[row, sample.completion_start - 1 : len(sample.ids) - 1] = 1.0  # position t predicts token t+1
-    return ids.to(device), attention.to(device), loss_mask.to(device)
+        loss_mask[row, completion] = True
+        recorded[row, completion] = torch.tensor(sample.logprobs)
+    return ids.to(device), attention.to(device), loss_mask.to(device), recorded.to(device)
 
 
-def _logprobs(model, ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-    return token_logprobs(logits, ids[:, 1:], temperature)
+def _logprobs(decoder, head, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, temperature: float):
+    """Log-probs [B, L-1] of the tokens `mask` marks (0 elsewhere): the decoder over every position, the output
+    head only where a trained token is predicted."""
+    hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state[:, :-1]
+    trained = head_logprobs(hidden[mask], head, ids[:, 1:][mask], temperature)
+    return torch.zeros(mask.shape, device=trained.device).masked_scatter(mask, trained)
 
 
 def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
@@ -113,37 +138,38 @@ def update(
     model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int, denominator: float
 ) -> dict[str, float]:
     """Accumulate the GRPO loss over micro-batches, grouped by adapter, normalised by `denominator` (that of the
-    whole step's batch, over every process); return the sums of loss, clipped and KL per token, and tokens."""
+    whole step's batch, over every process); return the sums over trained tokens of the loss, clipped tokens, KL
+    and drift (|update log-prob - recorded log-prob|), and the token count. Each adapter's samples are sorted by
+    length and cut into micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded
+    positions (`grpo.micro_batches`); the forwards run in bf16 autocast when `g.precision` resolves to bfloat16
+    on the model's device."""
     device = next(model.parameters()).device
-    totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
+    bf16 = compute_dtype(g.precision, device) == torch.bfloat16
+    base = model.get_base_model()
+    decoder, head = base.base_model, base.get_output_embeddings()  # the LoRA layers live inside both
+    totals = dict.fromkeys(("loss", "clipped", "kl", "drift", "tokens"), 0.0)
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         model.set_adapter(adapter)
-        for start in range(0, len(group), g.micro_batch_size):
-            batch = group[start : start + g.micro_batch_size]
-            ids, attention, mask = _padded(batch, pad, device)
-            reference = None
-            if g.kl_coef:  # the starting policy is this model with its adapters off: no second copy in memory
-                with torch.no_grad(), model.disable_adapter():
-                    reference = _logprobs(model, ids, attention, temperature)
-            logp = _logprobs(model, ids, attention, temperature)
+        for rows in micro_batches([len(s.ids) for s in group], g.micro_batch_size, g.forward_tokens):
+            batch = [group[i] for i in rows]
+            ids, attention, mask, recorded = _padded(batch, pad, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                reference = None
+                if g.kl_coef:  # the starting policy is this model with its adapters off: no second copy in memory
+                    with torch.no_grad(), model.disable_adapter():
+                        reference = _logprobs(decoder, head, ids, attention, mask, temperature)
+                logp = _logprobs(decoder, head, ids, attention, mask, temperature)
             advantages = torch.tensor([s.advantage for s in batch], device=device)
             loss, stats = grpo_loss(
-                logp,
-                logp.detach(),
-                reference,
-                advantages,
-                mask,
-                g.clip_eps,
-                g.kl_coef,
-                g.loss_normalization,
-                denominator,
+                logp, recorded, reference, advantages, mask, g.clip_eps, g.kl_coef, g.loss_normalization, denominator
             )
             loss.backward()
             tokens = float(mask.sum())
             totals["loss"] += float(loss.detach())
             totals["clipped"] += stats["clip_fraction"] * tokens
             totals["kl"] += stats["kl"] * tokens
+            totals["drift"] += float((logp.detach() - recorded)[mask].abs().sum())
             totals["tokens"] += tokens
     return totals
 
@@ -160,6 +186,7 @@ class Trainer:
     seed: int
     step: int = 0
     world: World = field(default_factory=World)  # the data-parallel processes (one by default)
+    dev: list[Question] = field(default_factory=list)  # held-out training questions scored during the run
 
     def __post_init__(self) -> None:
         g = self.cfg.train.grpo
@@ -214,11 +241,15 @@ class Trainer:
         self.step += 1
         metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
         untrained = {f"trained_tokens.{a}": 0.0 for a in set(self.policy.adapters.values()) if a is not None}
-        return untrained | metrics | {
-            "skipped": float(not informative_groups),
-            "informative_groups": informative_groups,
-            "informative_share": informative_groups / (metrics["episodes"] / g.group_size),
-        }
+        return (
+            untrained
+            | metrics
+            | {
+                "skipped": float(not informative_groups),
+                "informative_groups": informative_groups,
+                "informative_share": informative_groups / (metrics["episodes"] / g.group_size),
+            }
+        )
 
     def _optimize(self, samples: Sequence[Sample], denominator: float) -> tuple[dict[str, float], float]:
         """The update, the summed gradients clipped, one optimizer and schedule step; its sums and grad norm."""

@@ -54,6 +54,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from centralrl.assembly import load_model
 from centralrl.config import ROLES, Config, LoraConfig, WarmstartConfig
 from centralrl.errors import DataError
+from centralrl.hardware import compute_dtype
 from centralrl.harness import prompts as P
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, parse_answer, parse_central, parse_note
@@ -63,6 +64,8 @@ from centralrl.models.adapters import SHARED, attach_adapters
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
+from centralrl.rl.dev import split_dev
+from centralrl.rl.grpo import head_logprobs, micro_batches
 from centralrl.schema import Question, SubQuestion, read_questions
 
 IGNORE = -100  # label of a position that is not trained (prompt tokens, padding)
@@ -241,15 +244,15 @@ def collate(traces: Sequence[Trace], pad_id: int) -> tuple[torch.Tensor, torch.T
     return torch.tensor(ids), torch.tensor(mask), torch.tensor(labels)
 
 
-def target_loss(
-    hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor
-) -> torch.Tensor:
+def target_loss(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the trained tokens: the hidden state [B, T, H] at position t predicts
     labels[:, t + 1] (labels [B, T]) through `head` (H -> V logits); IGNORE labels add nothing. Only positions
-    that predict a trained token go through `head`, so [B, T, V] logits over long prompts are never built
-    (for SmolLM2's 49k vocabulary they were most of the memory). Returns a scalar.
+    that predict a trained token go through `head`, in chunks and in the head's own dtype (`grpo.head_logprobs`),
+    so [B, T, V] logits over long prompts are never built (for SmolLM2's 49k vocabulary they were most of the
+    memory). Returns a scalar.
 
-    >>> uniform = lambda h: torch.zeros(*h.shape[:-1], 4)  # every trained token costs log 4
+    >>> uniform = torch.nn.Linear(2, 4)
+    >>> _ = torch.nn.init.zeros_(uniform.weight), torch.nn.init.zeros_(uniform.bias)  # every token costs log 4
     >>> loss = target_loss(torch.randn(1, 3, 2), uniform, torch.tensor([[IGNORE, 1, IGNORE]]))
     >>> round(loss.item(), 4) == round(torch.tensor(4.0).log().item(), 4)
     True
@@ -257,7 +260,7 @@ def target_loss(
     predicts = torch.zeros_like(labels, dtype=torch.bool)
     predicts[:, :-1] = labels[:, 1:].ne(IGNORE)
     targets = labels[:, 1:][predicts[:, :-1]]
-    return torch.nn.functional.cross_entropy(head(hidden[predicts]).float(), targets)
+    return -head_logprobs(hidden[predicts], head, targets).mean()
 
 
 def supervised_finetune(
@@ -275,11 +278,15 @@ def supervised_finetune(
     The loss runs the decoder, then the output head only where a trained token is predicted (`target_loss`);
     this is the causal LM's own computation for models whose logits are head(last hidden state), as in
     Qwen2 and Llama/SmolLM2 (a model with logit scaling or soft-capping would need its own head call).
+    A step's `micro_batch_size` traces run as forwards of at most `forward_tokens` padded positions each
+    (`grpo.micro_batches`, sorted by length), their gradients summed into the step's mean loss, so peak memory
+    follows `forward_tokens`, not the longest traces; in bf16 autocast when `cfg.precision` resolves to it.
     `log` receives a progress line every 10 steps."""
     if not traces:
         raise DataError("warm start: no traces to train on")
     started = time.perf_counter()
     device = next(model.parameters()).device
+    bf16 = compute_dtype(cfg.precision, device) == torch.bfloat16
     losses: list[float] = []
     trained_tokens = 0
     with torch.random.fork_rng(devices=[]):
@@ -297,15 +304,22 @@ def supervised_finetune(
             order_rng.shuffle(order)
             for start in range(0, len(order), cfg.micro_batch_size):
                 batch = [traces[i] for i in order[start : start + cfg.micro_batch_size]]
-                ids, mask, labels = (t.to(device) for t in collate(batch, tokenizer.pad_token_id))
-                hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-                loss = target_loss(hidden, head, labels)
+                tokens = sum(len(t.target_ids) for t in batch)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss = 0.0
+                lengths = [len(t.prompt_ids) + len(t.target_ids) for t in batch]
+                for rows in micro_batches(lengths, len(batch), cfg.forward_tokens):  # gradients summed: the mean
+                    group = [batch[i] for i in rows]
+                    ids, mask, labels = (t.to(device) for t in collate(group, tokenizer.pad_token_id))
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                        hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                        part = target_loss(hidden, head, labels) * (sum(len(t.target_ids) for t in group) / tokens)
+                    part.backward()
+                    loss += part.item()
                 torch.nn.utils.clip_grad_norm_(trainable, 1.0)
                 optimizer.step()
-                losses.append(loss.item())
-                trained_tokens += sum(len(t.target_ids) for t in batch)
+                losses.append(loss)
+                trained_tokens += tokens
                 if log and (len(losses) % 10 == 0 or len(losses) == steps):
                     log(
                         f"warmstart step {len(losses)}/{steps}: loss {losses[-1]:.4f} "
@@ -380,7 +394,7 @@ def warmstart(
             shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
             content = content_sha256(tmp)
         return {"enabled": False, "content_sha256": content}
-    questions = read_questions(train_path)
+    questions, _ = split_dev(read_questions(train_path), cfg.train.dev)  # never warm-start on the dev split
     retriever = open_retriever(cfg.retrieval, index_dir)
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})

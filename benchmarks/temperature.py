@@ -1,0 +1,82 @@
+"""Which rollout temperature gives GRPO groups signal: the share of informative groups (rewards not all equal)
+and the mean sampled reward per temperature, on the dev split, from the starting checkpoint.
+
+    python benchmarks/temperature.py --model models/main/start --index index --train data/train.jsonl \
+        --temperatures 0.5 0.7 1.0 --questions 16
+
+A group of G sampled episodes with equal rewards has zero advantage everywhere and trains nothing (such steps
+are skipped: `centralrl.rl.trainer`). Too hot, a small model's samples are all wrong (rewards all 0); too cold,
+they are all the greedy answer. Every temperature runs the same dev questions with the same seeds; the greedy
+F1 on them is printed beside. Figures go to --out as JSON. Uses the dev split only, never the test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import torch
+
+from centralrl.assembly import run_settings, trained_policy
+from centralrl.config import load_config
+from centralrl.harness.episodes import TOPOLOGIES
+from centralrl.io import write_json
+from centralrl.retrieval import open_retriever
+from centralrl.rl.dev import split_dev
+from centralrl.rl.grpo import group_advantages
+from centralrl.rl.trainer import episode_rewards
+from centralrl.schema import read_questions
+
+
+def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
+    episodes = TOPOLOGIES["central"]([q for q in questions for _ in range(group_size)], policy, retriever, settings)
+    rewards = torch.tensor(episode_rewards(episodes, cfg)).view(-1, group_size)
+    informative = (group_advantages(rewards) != 0).any(dim=1)
+    return {
+        "informative_share": round(float(informative.float().mean()), 4),
+        "reward_mean": round(float(rewards.mean()), 4),
+        "generated_tokens": sum(len(c.completion_ids) for e in episodes for c in e.calls),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--backbone", default="main")
+    parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.5, 0.7, 1.0])
+    parser.add_argument("--questions", type=int, default=None, help="dev questions used (default: the whole split)")
+    parser.add_argument("--seeds", type=int, default=2, help="sampling seeds per temperature")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default="benchmarks/results/temperature.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.params)
+    _, dev = split_dev(read_questions(args.train), cfg.train.dev)
+    dev = dev[: args.questions]
+    policy = trained_policy(cfg, args.backbone, args.model, None)
+    retriever = open_retriever(cfg.retrieval, args.index)
+    greedy = measure(cfg, policy, retriever, dev, run_settings(cfg, greedy=True, seed=0), 1)
+    figures = {"dev_questions": len(dev), "group_size": cfg.train.grpo.group_size, "greedy_f1": greedy["reward_mean"]}
+    for temperature in args.temperatures:
+        runs = [
+            measure(
+                cfg,
+                policy,
+                retriever,
+                dev,
+                dataclasses.replace(run_settings(cfg, greedy=False, seed=seed), temperature=temperature),
+                cfg.train.grpo.group_size,
+            )
+            for seed in range(args.seeds)
+        ]
+        figures[f"t{temperature}"] = {k: round(sum(r[k] for r in runs) / len(runs), 4) for k in runs[0]}
+        print(f"temperature {temperature}: {figures[f't{temperature}']}", flush=True)
+    print(figures)
+    write_json(args.out, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Update benchmark: the GRPO update as it was before issue 12 against `trainer.update`, side by side in one
+process, interleaved, on the same samples from one real rollout; the same for the warm start's steps; and how far
+the update's log-probs drift from the ones the rollout recorded.
+
+    python benchmarks/update.py --model models/main/backbone --index index --questions data/train.jsonl
+
+Samples: one GRPO rollout of the joint arm (every role has an adapter, so every role call is trained) at step 0,
+seed `--seed`, sampled in float32 (the model itself), with advantages from its real rewards (a group of equal
+rewards gives zeros: the cost of a sample does not depend on its advantage). Paths, each run `--rounds` times in
+turn on those samples, gradients zeroed before each run, no optimizer step:
+- `old`: the update before issue 12 (`old_update` below): full [B, L, V] logits, each adapter's samples in rollout
+  order, micro-batches of 8, float32, old log-probs = the update's own (ratio 1);
+- `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
+  `precision`, the rollout's recorded log-probs);
+- `new_float32`: the same in float32 (what the head slicing and sorting alone buy), and `new_mb<n>`: the new path
+  with `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
+Timed in CPU seconds of this process (`time.process_time`, every thread) and wall seconds; the figures are each
+path's fastest round. Peak RSS is per path: freed heap is returned to the system and the kernel's high-water mark
+reset before each run (Linux; elsewhere it is the process's peak so far), so it counts what the path itself
+holds on top of the loaded model. Drift: the update's log-probs (float32 and the configured precision) against the
+rollout's recorded ones over every trained token, for a float32 rollout and a rollout in `harness.precision`.
+
+Warm start: `supervised_finetune` on the same `--warmstart-steps` x micro_batch_size oracle traces (from
+`warmstart.questions` questions of --questions), with the old settings (float32, one forward per step) and with
+params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run; plus the full default warm
+start's cost projected from the per-token cost. `--threads` torch threads (default 1, stable on a shared machine).
+Writes every figure to --out as JSON; keys named `*speedup*` are old / new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import platform
+import random
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from centralrl.assembly import fresh_policy, load_model
+from centralrl.config import Config, GrpoConfig, load_config
+from centralrl.hardware import compute_dtype
+from centralrl.harness.engine import open_policy
+from centralrl.io import write_json
+from centralrl.retrieval import open_retriever
+from centralrl.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
+from centralrl.rl.warmstart import build_traces, supervised_finetune
+from centralrl.schema import read_questions
+
+OLD_MICRO_BATCH = 8  # train.grpo.micro_batch_size before issue 12
+
+
+def full_logprobs(model, ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+    return token_logprobs(logits, ids[:, 1:], temperature)
+
+
+def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, denominator: float) -> dict:
+    """The update before issue 12: full logits, rollout order, float32, ratio 1; returns the trained tokens."""
+    device = next(model.parameters()).device
+    tokens = 0.0
+    for adapter in sorted({s.adapter for s in samples}):
+        group = [s for s in samples if s.adapter == adapter]
+        model.set_adapter(adapter)
+        for start in range(0, len(group), g.micro_batch_size):
+            batch = group[start : start + g.micro_batch_size]
+            ids, attention, mask, _ = _padded(batch, pad, device)
+            reference = None
+            if g.kl_coef:
+                with torch.no_grad(), model.disable_adapter():
+                    reference = full_logprobs(model, ids, attention, temperature)
+            logp = full_logprobs(model, ids, attention, temperature)
+            advantages = torch.tensor([s.advantage for s in batch], device=device)
+            loss, _ = grpo_loss(
+                logp, logp.detach(), reference, advantages, mask, g.clip_eps, g.kl_coef, g.loss_normalization,
+                denominator,
+            )  # fmt: skip
+            loss.backward()
+            tokens += float(mask.sum())
+    return {"tokens": tokens}
+
+
+def padding_share(samples: list[Sample], micro_batch: int, by_length: bool) -> float:
+    """Share of padded positions over the micro-batches a path cuts (per adapter, sorted by length or not)."""
+    real = padded = 0
+    for adapter in sorted({s.adapter for s in samples}):
+        group = [len(s.ids) for s in samples if s.adapter == adapter]
+        group = sorted(group) if by_length else group
+        for start in range(0, len(group), micro_batch):
+            lengths = group[start : start + micro_batch]
+            real, padded = real + sum(lengths), padded + len(lengths) * max(lengths)
+    return 1 - real / padded
+
+
+def reset_peak() -> None:
+    """Return freed heap to the system and reset the RSS high-water mark, so the next ru_maxrss is the next
+    run's own peak (Linux; elsewhere both steps are skipped and ru_maxrss is the process's peak so far)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_gb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 3)  # kB on Linux
+
+
+def measured(run: Callable[[], object]) -> dict:
+    reset_peak()
+    cpu, wall = time.process_time(), time.perf_counter()
+    run()
+    return {
+        "core_seconds": time.process_time() - cpu,
+        "wall_seconds": time.perf_counter() - wall,
+        "rss": peak_rss_gb(),
+    }
+
+
+def interleaved(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
+    """Every path once per round, in turn; per path its fastest round's seconds and its highest peak RSS."""
+    runs: dict[str, list[dict]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, run in paths.items():
+            runs[name].append(measured(run))
+            print(f"  {name}: {runs[name][-1]}", flush=True)
+    return {
+        name: {
+            "core_seconds": round(min(r["core_seconds"] for r in rs), 2),
+            "wall_seconds": round(min(r["wall_seconds"] for r in rs), 2),
+            "core_seconds_rounds": [round(r["core_seconds"], 2) for r in rs],
+            "peak_rss_gb": max(r["rss"] for r in rs),
+        }
+        for name, rs in runs.items()
+    }
+
+
+def rollout_samples(cfg: Config, trainer: Trainer) -> list[Sample]:
+    episodes = trainer.rollout()
+    g = cfg.train.grpo
+    advantages = group_advantages(trainer.rewards(episodes), g.normalize_std, g.eps).flatten().tolist()
+    return training_samples(episodes, advantages)
+
+
+@torch.no_grad()
+def drift(model, samples: list[Sample], precision: str, temperature: float, pad: int) -> dict:
+    """The update's log-probs (one sample per forward, no padding) against the recorded ones: mean and max |delta|
+    and the share of token ratios exp(delta) outside [0.8, 1.2]."""
+    device = next(model.parameters()).device
+    bf16 = compute_dtype(precision, device) == torch.bfloat16
+    base = model.get_base_model()
+    deltas = []
+    for sample in samples:
+        model.set_adapter(sample.adapter)
+        ids, attention, mask, recorded = _padded([sample], pad, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logp = _logprobs(base.base_model, base.get_output_embeddings(), ids, attention, mask, temperature)
+        deltas.append((logp - recorded)[mask])
+    delta = torch.cat(deltas)
+    ratio = delta.exp()
+    return {
+        "mean_abs_logp_diff": round(float(delta.abs().mean()), 6),
+        "max_abs_logp_diff": round(float(delta.abs().max()), 6),
+        "ratio_outside_0.8_1.2": round(float(((ratio < 0.8) | (ratio > 1.2)).float().mean()), 6),
+        "tokens": int(delta.numel()),
+    }
+
+
+def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
+    g = cfg.train.grpo
+    model, pad, temperature = policy.model, policy.tokenizer.pad_token_id, cfg.harness.temperature
+    denominator = loss_denominator(samples, g.loss_normalization)
+    settings = {
+        "old": (old_update, g.model_copy(update={"micro_batch_size": OLD_MICRO_BATCH, "precision": "float32"}), False),
+        "new": (update, g, True),
+        "new_float32": (update, g.model_copy(update={"precision": "float32"}), True),
+    }
+    for n in args.micro_batches:
+        settings[f"new_mb{n}"] = (update, g.model_copy(update={"micro_batch_size": n}), True)
+
+    def path(fn, gc_):
+        return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
+
+    model.train()
+    figures = interleaved({name: path(fn, gc_) for name, (fn, gc_, _) in settings.items()}, args.rounds)
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    trained = sum(s.trained_tokens for s in samples)
+    sequence = sum(len(s.ids) for s in samples)
+    for name, (_, gc_, by_length) in settings.items():
+        f = figures[name]
+        f |= {
+            "micro_batch_size": gc_.micro_batch_size,
+            "precision": str(compute_dtype(gc_.precision, policy.device)).removeprefix("torch."),
+            "padding_share": round(padding_share(samples, gc_.micro_batch_size, by_length), 4),
+            "trained_tokens_per_s": round(trained / f["wall_seconds"], 2),
+            "trained_tokens_per_core_s": round(trained / f["core_seconds"], 2),
+            "sequence_tokens_per_s": round(sequence / f["wall_seconds"], 2),
+        }
+    old, new = figures["old"], figures["new"]
+    return {
+        "samples": len(samples),
+        "sequence_tokens": sequence,
+        "trained_tokens": trained,
+        "kl_coef": g.kl_coef,
+        "paths": figures,
+        "update_speedup_core_seconds": round(old["core_seconds"] / new["core_seconds"], 3),
+        "update_speedup_wall": round(old["wall_seconds"] / new["wall_seconds"], 3),
+        "update_speedup_trained_tokens_per_core_s": round(
+            new["trained_tokens_per_core_s"] / old["trained_tokens_per_core_s"], 3
+        ),
+        "float32_speedup_core_seconds": round(old["core_seconds"] / figures["new_float32"]["core_seconds"], 3),
+    }
+
+
+def warmstart_figures(cfg: Config, args, traces) -> dict:
+    w = cfg.warmstart
+    chosen = random.Random(0).sample(traces, min(len(traces), args.warmstart_steps * w.micro_batch_size))
+    settings = {"old": w.model_copy(update={"precision": "float32", "forward_tokens": 10**9}), "new": w}
+
+    def path(wcfg):
+        def run():
+            model, tokenizer = load_model(cfg, args.backbone, args.model)
+            supervised_finetune(model, tokenizer, chosen, wcfg, cfg.lora)
+
+        return run
+
+    figures = interleaved({name: path(wcfg) for name, wcfg in settings.items()}, args.rounds)
+    tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
+    all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
+    for name, f in figures.items():
+        f["sequence_tokens_per_core_s"] = round(tokens / f["core_seconds"], 2)
+        f["projected_full_core_seconds"] = round(all_tokens / f["sequence_tokens_per_core_s"], 1)
+    return {
+        "traces": len(chosen),
+        "steps": -(-len(chosen) // w.micro_batch_size),
+        "sequence_tokens": tokens,
+        "full_warmstart_traces": len(traces),
+        "full_warmstart_sequence_tokens": all_tokens,
+        "paths": figures,
+        "warmstart_speedup_core_seconds": round(figures["old"]["core_seconds"] / figures["new"]["core_seconds"], 3),
+        "warmstart_speedup_wall": round(figures["old"]["wall_seconds"] / figures["new"]["wall_seconds"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
+    parser.add_argument("--model", default="models/main/backbone")
+    parser.add_argument("--index", default="index")
+    parser.add_argument("--questions", default="data/train.jsonl")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each path, interleaved")
+    parser.add_argument("--micro-batches", type=lambda s: [int(n) for n in s.split(",") if n], default=[1, 2, 4, 8])
+    parser.add_argument("--warmstart-steps", type=int, default=4, help="0 skips the warm-start section")
+    parser.add_argument("--out", default="benchmarks/results/update.json")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.params)
+    fp32 = cfg.model_copy(update={"harness": cfg.harness.model_copy(update={"precision": "float32"})})
+    retriever = open_retriever(cfg.retrieval, args.index)
+    questions = read_questions(args.questions)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    policy = fresh_policy(fp32, "joint", args.seed, args.backbone, args.model, device)
+    samples = rollout_samples(fp32, Trainer(fp32, policy, retriever, questions, "central", args.seed))
+    figures: dict = {
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
+        "model": args.model,
+        "update": update_figures(cfg, args, policy, samples),
+    }
+    configured = open_policy(cfg.harness, policy.model, policy.tokenizer, policy.adapters, args.model)
+    configured_samples = rollout_samples(cfg, Trainer(cfg, configured, retriever, questions, "central", args.seed))
+    pad, temperature = policy.tokenizer.pad_token_id, cfg.harness.temperature
+    rollouts = {"float32": samples, cfg.harness.precision: configured_samples}
+    updates = ("float32", cfg.train.grpo.precision)
+    figures["drift"] = {
+        f"update_{u}_vs_rollout_{r}": drift(policy.model, s, u, temperature, pad)
+        for r, s in rollouts.items()
+        for u in updates
+    }
+    figures["drift"]["resolved"] = {p: str(compute_dtype(p, device)) for p in {*rollouts, *updates}}
+    del configured, configured_samples
+    if args.warmstart_steps:
+        traces, _ = build_traces(
+            questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
+        )
+        figures["warmstart"] = warmstart_figures(cfg, args, traces)
+    print(json.dumps(figures, indent=2))
+    write_json(args.out, figures)
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The cheaper GRPO update (issue 12) on a tiny real Qwen2 with LoRA adapters: completion-only log-probs equal the
+full-logit ones, the update's gradients are the full-logit loss's, a bf16 update trains, and the old log-probs are
+the rollout's recorded ones. benchmarks/update.py measures the speed; nothing here is timed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from centralrl.config import Config, GrpoConfig, LoraConfig
+from centralrl.harness.engine import open_policy
+from centralrl.models.adapters import attach_adapters, role_adapters
+from centralrl.models.backbone import load_backbone
+from centralrl.rl.grpo import grpo_loss, token_logprobs
+from centralrl.rl.trainer import Sample, _logprobs, _padded, loss_denominator, update
+
+ROLES = ["central", "retrieval"]
+LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj", "lm_head"])
+TEMPERATURE = 0.7
+
+
+@pytest.fixture
+def peft(tiny_backbone):
+    """The tiny Qwen2 with two adapters whose LoRA B is random, so the adapters (lm_head's too) change the output."""
+    model, tokenizer = load_backbone(tiny_backbone)
+    torch.manual_seed(0)
+    model = attach_adapters(model, role_adapters(ROLES, "per_role"), LORA)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    return model, tokenizer
+
+
+def make_samples(model, tokenizer, shift: float = 0.0, advantages=(1.0, -0.5, 0.25, 2.0)) -> list[Sample]:
+    """Four sequences of different lengths over both adapters, whose recorded log-probs are the float32 policy's
+    own (as a float32 rollout records them) plus `shift`."""
+    g = torch.Generator().manual_seed(1)
+    plan = [("central", 13, 5), ("retrieval", 9, 3), ("central", 6, 4), ("retrieval", 17, 6)]
+    samples = []
+    for (adapter, prompt, completion), advantage in zip(plan, advantages):
+        ids = tuple(torch.randint(3, len(tokenizer), (prompt + completion,), generator=g).tolist())
+        draft = Sample(adapter, ids, prompt, advantage, (0.0,) * completion)
+        samples.append(Sample(adapter, ids, prompt, advantage, tuple(v + shift for v in full_recorded(model, draft))))
+    return samples
+
+
+@torch.no_grad()
+def full_recorded(model, sample: Sample) -> list[float]:
+    model.set_adapter(sample.adapter)
+    ids = torch.tensor([sample.ids])
+    logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:], TEMPERATURE)[0]
+    return logp[sample.completion_start - 1 :].tolist()
+
+
+def full_logprobs(model, ids, attention):
+    return token_logprobs(model(input_ids=ids, attention_mask=attention).logits[:, :-1], ids[:, 1:], TEMPERATURE)
+
+
+def test_completion_only_logprobs_equal_the_full_logits(peft):
+    model, tokenizer = peft
+    samples = [s for s in make_samples(model, tokenizer) if s.adapter == "central"]
+    ids, attention, mask, _ = _padded(samples, tokenizer.pad_token_id, "cpu")
+    base = model.get_base_model()
+    head, decoder = base.get_output_embeddings(), base.base_model
+    model.set_adapter("central")
+    with torch.no_grad():
+        policy = full_logprobs(model, ids, attention), _logprobs(decoder, head, ids, attention, mask, TEMPERATURE)
+        with model.disable_adapter():  # the reference
+            reference = (
+                full_logprobs(model, ids, attention),
+                _logprobs(decoder, head, ids, attention, mask, TEMPERATURE),
+            )
+    for full, sliced in (policy, reference):
+        torch.testing.assert_close(sliced[mask], full[mask], atol=1e-5, rtol=0)
+        assert torch.all(sliced[~mask] == 0)
+    assert not torch.allclose(policy[0][mask], reference[0][mask], atol=1e-3)  # the adapters change the output
+
+
+def test_float32_update_has_the_gradients_of_the_full_logit_loss(peft):
+    model, tokenizer = peft
+    samples = make_samples(model, tokenizer, shift=0.1)  # ratios e^-0.1: the recorded log-probs enter the loss
+    g = GrpoConfig(precision="float32", micro_batch_size=2, kl_coef=0.05)
+    denominator = loss_denominator(samples, g.loss_normalization)
+    lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    for adapter in ROLES:  # by hand: one full-logit forward per adapter, rollout order, no micro-batches
+        group = [s for s in samples if s.adapter == adapter]
+        ids, attention, mask, recorded = _padded(group, tokenizer.pad_token_id, "cpu")
+        model.set_adapter(adapter)
+        with torch.no_grad(), model.disable_adapter():
+            reference = full_logprobs(model, ids, attention)
+        loss, _ = grpo_loss(
+            full_logprobs(model, ids, attention),
+            recorded,
+            reference,
+            torch.tensor([s.advantage for s in group]),
+            mask,
+            g.clip_eps,
+            g.kl_coef,
+            g.loss_normalization,
+            denominator,
+        )
+        loss.backward()
+    expected = {n: p.grad.clone() for n, p in lora.items()}
+    model.zero_grad(set_to_none=True)
+    update(model, samples, g, TEMPERATURE, tokenizer.pad_token_id, denominator)
+    assert any(expected[n].abs().max() > 0 for n in lora)
+    for name, p in lora.items():
+        torch.testing.assert_close(p.grad, expected[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_old_logprobs_are_the_recorded_ones(peft):
+    model, tokenizer = peft
+    pad = tokenizer.pad_token_id
+    g = GrpoConfig(precision="float32", kl_coef=0.0)
+    honest = make_samples(model, tokenizer)
+    totals = update(model, honest, g, TEMPERATURE, pad, loss_denominator(honest, "token"))
+    assert totals["clipped"] == 0 and totals["drift"] / totals["tokens"] < 1e-5
+    # recorded log-probs 0.5 below the policy's: every ratio is e^0.5 > 1.2, so with A > 0 every token is clipped
+    # and no gradient flows; the update sees the gap (drift 0.5) instead of a ratio of 1
+    model.zero_grad(set_to_none=True)
+    shifted = make_samples(model, tokenizer, shift=-0.5, advantages=(1.0, 0.5, 2.0, 1.0))
+    totals = update(model, shifted, g, TEMPERATURE, pad, loss_denominator(shifted, "token"))
+    assert totals["clipped"] == totals["tokens"] > 0
+    assert abs(totals["drift"] / totals["tokens"] - 0.5) < 1e-4
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match="3 completion tokens but 2 recorded"):
+        Sample("central", (5, 6, 7, 8), 1, 1.0, (-1.0, -2.0))
+
+
+def test_a_float32_rollouts_recorded_logprobs_match_the_update(peft, tiny_backbone):
+    """The engine records one log-prob per completion token, under the sampling temperature: a float32 rollout's
+    record and the float32 update agree, so the ratio is 1 where nothing changed."""
+    model, tokenizer = peft
+    harness = Config().harness.model_copy(update={"precision": "float32", "temperature": TEMPERATURE})
+    policy = open_policy(harness, model, tokenizer, {role: role for role in ROLES}, tiny_backbone)
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, len(tokenizer), (n,), generator=g).tolist() for n in (7, 12, 9)]
+    samples = [
+        Sample(role, gen.prompt_ids + gen.completion_ids, len(gen.prompt_ids), 1.0, gen.logprobs)
+        for role in ROLES
+        for gen in policy.generate(role, prompts, 6, greedy=False, temperature=TEMPERATURE, seed=3)
+    ]
+    grpo = GrpoConfig(precision="float32", kl_coef=0.0)
+    totals = update(model, samples, grpo, TEMPERATURE, tokenizer.pad_token_id, loss_denominator(samples, "token"))
+    assert totals["tokens"] == sum(s.trained_tokens for s in samples) > len(samples)
+    assert totals["drift"] / totals["tokens"] < 1e-4 and totals["clipped"] == 0
+
+
+def test_a_bf16_update_trains(peft):
+    """A few bf16-autocast updates with optimizer steps: the weights move, and the surrogate loss falls as the
+    positive-advantage tokens gain probability and the negative ones lose it."""
+    model, tokenizer = peft
+    samples = make_samples(model, tokenizer, advantages=(1.0, -1.0, 1.0, -1.0))
+    g = GrpoConfig(precision="bfloat16", kl_coef=0.02, micro_batch_size=2)
+    lora = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in lora]
+    optimizer = torch.optim.AdamW(lora, lr=3e-3)
+    model.train()
+    losses = []
+    for _ in range(4):
+        optimizer.zero_grad(set_to_none=True)
+        totals = update(model, samples, g, TEMPERATURE, tokenizer.pad_token_id, loss_denominator(samples, "token"))
+        optimizer.step()
+        losses.append(totals["loss"])
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0] - 0.05, losses
+    assert any(not torch.equal(b, p) for b, p in zip(before, lora))
