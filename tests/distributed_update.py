@@ -30,7 +30,13 @@ PLAN = [
 def fixed_samples(vocab: int) -> list[Sample]:
     rng = random.Random(0)
     return [
-        Sample(adapter, tuple(rng.randrange(vocab) for _ in range(length)), length // 2, advantage)
+        Sample(
+            adapter,
+            tuple(rng.randrange(vocab) for _ in range(length)),
+            length // 2,
+            advantage,
+            tuple(-1.0 for _ in range(length - length // 2)),  # recorded rollout log-probs of the completion
+        )
         for adapter, length, advantage in PLAN
     ]
 

@@ -42,6 +42,7 @@ def lively(tiny_backbone):
     instead of repeating one token, with a random LoRA adapter on the central role; and its tokenizer."""
     model, tokenizer = load_backbone(tiny_backbone)
     _redraw(model, 0.3, seed=0)
+    torch.manual_seed(0)  # LoRA's A matrices draw from the global generator
     model = attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8))
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -142,6 +143,7 @@ def test_weights_changed_makes_the_merged_copy_follow_the_adapter(tiny_backbone,
     _, tokenizer = lively
     model, _ = load_backbone(tiny_backbone)
     _redraw(model, 0.3, seed=0)
+    torch.manual_seed(0)
     model = attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8)).eval()
     prompts = _prompts(tokenizer)
     policy = RolePolicy(model, tokenizer, ADAPTERS, eval_precision="bfloat16")

@@ -108,7 +108,7 @@ def _run(command: list[str], cwd: Path) -> str:
             "PREFECT_API_URL": PREFECT_API_URL.value(),
         }
     )
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout + result.stderr
 

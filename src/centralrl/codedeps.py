@@ -219,11 +219,8 @@ def _rehash(stage: PipelineStage, dep, outs: dict) -> None:
         dep.save()
     elif not dep.hash_info and path in outs and outs[path].hash_info:
         dep.hash_info, dep.meta = outs[path].hash_info, outs[path].meta
-    elif not dep.hash_info:
-        raise CentralRLError(
-            f"dvc.lock: stage {stage.name}: dep {path} holds pipeline outputs and the lock "
-            "records no hash for it; run the stage (dvc repro) instead of refreshing the lock"
-        )
+    elif not dep.hash_info:  # a new dep on pipeline outputs: left unrecorded, so DVC reruns the stage
+        print(f"dvc.lock: stage {stage.name}: new dep {path} holds pipeline outputs; `dvc repro` will rerun it")
 
 
 def _overlap(a: PurePosixPath, b: PurePosixPath) -> bool:

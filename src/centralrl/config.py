@@ -512,7 +512,7 @@ class GrpoConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(8, ge=1, description="the most sequences in one forward/backward")
     forward_tokens: int = Field(
-        1024,
+        512,
         ge=1,
         description="the most padded positions (sequences x longest) in one forward/backward: each adapter's "
         "samples are sorted by length and cut within both caps; peak memory follows it (SmolLM2-135M: ~2 MB each "
