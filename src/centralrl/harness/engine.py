@@ -234,13 +234,16 @@ def roomy_cache(config, capacity: int) -> DynamicCache:
 
 
 def _forward(lm: PreTrainedModel, ids, mask, positions, cache: DynamicCache) -> torch.Tensor:
-    """Logits of the last position of each row, the cache extended by `ids`."""
+    """Logits [B, V] of the last position of each row, the cache extended by `ids`. The last position is kept by
+    index (`logits_to_keep` as a tensor gathers a contiguous [B, 1, H]); `logits_to_keep=1` slices a strided
+    view, which torch multiplies with the output head as a batched matmul over B copies of its weight."""
+    last = torch.tensor([ids.shape[1] - 1], device=ids.device)
     out = lm(
         input_ids=ids,
         attention_mask=mask,
         position_ids=positions,
         use_cache=True,
-        logits_to_keep=1,
+        logits_to_keep=last,
         **{_cache_argument(type(lm)): cache},
     )
     return out.logits[:, -1]
