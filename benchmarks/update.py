@@ -12,8 +12,9 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
   order, micro-batches of 8, float32, old log-probs = the update's own (ratio 1);
 - `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
   `precision`, the rollout's recorded log-probs);
-- `new_float32`: the same in float32 (what the head slicing and sorting alone buy), and `new_mb<n>`: the new path
-  with `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
+- `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
+  and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
+  `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
 Timed in CPU seconds of this process (`time.process_time`, every thread) and wall seconds; the figures are each
 path's fastest round. Peak RSS is per path: freed heap is returned to the system and the kernel's high-water mark
 reset before each run (Linux; elsewhere it is the process's peak so far), so it counts what the path itself
@@ -49,7 +50,7 @@ from centralrl.hardware import compute_dtype
 from centralrl.harness.engine import open_policy
 from centralrl.io import write_json
 from centralrl.retrieval import open_retriever
-from centralrl.rl.grpo import group_advantages, grpo_loss, token_logprobs
+from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
@@ -87,15 +88,21 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
     return {"tokens": tokens}
 
 
-def padding_share(samples: list[Sample], micro_batch: int, by_length: bool) -> float:
-    """Share of padded positions over the micro-batches a path cuts (per adapter, sorted by length or not)."""
+def padding_share(samples: list[Sample], g: GrpoConfig, new: bool) -> float:
+    """Share of padded positions over the micro-batches a path cuts, per adapter: the new path's
+    (`grpo.micro_batches`: sorted, capped in rows and positions) or the old one's (rollout order, rows only)."""
     real = padded = 0
     for adapter in sorted({s.adapter for s in samples}):
-        group = [len(s.ids) for s in samples if s.adapter == adapter]
-        group = sorted(group) if by_length else group
-        for start in range(0, len(group), micro_batch):
-            lengths = group[start : start + micro_batch]
-            real, padded = real + sum(lengths), padded + len(lengths) * max(lengths)
+        lengths = [len(s.ids) for s in samples if s.adapter == adapter]
+        if new:
+            batches = micro_batches(lengths, g.micro_batch_size, g.forward_tokens)
+        else:
+            batches = [
+                range(i, min(i + g.micro_batch_size, len(lengths))) for i in range(0, len(lengths), g.micro_batch_size)
+            ]
+        for rows in batches:
+            real += sum(lengths[i] for i in rows)
+            padded += len(rows) * max(lengths[i] for i in rows)
     return 1 - real / padded
 
 
@@ -177,10 +184,11 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     g = cfg.train.grpo
     model, pad, temperature = policy.model, policy.tokenizer.pad_token_id, cfg.harness.temperature
     denominator = loss_denominator(samples, g.loss_normalization)
+    other = "float32" if compute_dtype(g.precision, policy.device) == torch.bfloat16 else "bfloat16"
     settings = {
         "old": (old_update, g.model_copy(update={"micro_batch_size": OLD_MICRO_BATCH, "precision": "float32"}), False),
         "new": (update, g, True),
-        "new_float32": (update, g.model_copy(update={"precision": "float32"}), True),
+        f"new_{other}": (update, g.model_copy(update={"precision": other}), True),
     }
     for n in args.micro_batches:
         settings[f"new_mb{n}"] = (update, g.model_copy(update={"micro_batch_size": n}), True)
@@ -198,8 +206,9 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         f = figures[name]
         f |= {
             "micro_batch_size": gc_.micro_batch_size,
+            "forward_tokens": gc_.forward_tokens if by_length else None,
             "precision": str(compute_dtype(gc_.precision, policy.device)).removeprefix("torch."),
-            "padding_share": round(padding_share(samples, gc_.micro_batch_size, by_length), 4),
+            "padding_share": round(padding_share(samples, gc_, by_length), 4),
             "trained_tokens_per_s": round(trained / f["wall_seconds"], 2),
             "trained_tokens_per_core_s": round(trained / f["core_seconds"], 2),
             "sequence_tokens_per_s": round(sequence / f["wall_seconds"], 2),
@@ -213,10 +222,11 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         "paths": figures,
         "update_speedup_core_seconds": round(old["core_seconds"] / new["core_seconds"], 3),
         "update_speedup_wall": round(old["wall_seconds"] / new["wall_seconds"], 3),
+        "update_speedup_trained_tokens_per_s": round(new["trained_tokens_per_s"] / old["trained_tokens_per_s"], 3),
         "update_speedup_trained_tokens_per_core_s": round(
             new["trained_tokens_per_core_s"] / old["trained_tokens_per_core_s"], 3
         ),
-        "float32_speedup_core_seconds": round(old["core_seconds"] / figures["new_float32"]["core_seconds"], 3),
+        f"{other}_speedup_core_seconds": round(old["core_seconds"] / figures[f"new_{other}"]["core_seconds"], 3),
     }
 
 

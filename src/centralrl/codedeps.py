@@ -17,14 +17,12 @@ import ast
 import hashlib
 import re
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from centralrl.errors import CentralRLError
 
-_PARSING = threading.Lock()
 
 if TYPE_CHECKING:
     from dvc.repo import Repo
@@ -250,12 +248,25 @@ def _module_files(module: str, root: Path) -> Iterator[Path]:
             yield root / found
 
 
+def _parse(path: Path, attempts: int = 5) -> ast.Module:
+    """`ast.parse` of the file, retried when CPython 3.11 fails with "AST constructor recursion depth mismatch":
+    its AST builder keeps one recursion counter for all threads (python/cpython#106905), so a parse that races
+    another thread's (Prefect's and MLflow's threads format tracebacks, which parses source) can fail although
+    the file is fine. A lock of ours could not stop other libraries' threads."""
+    for _ in range(attempts - 1):
+        try:
+            return ast.parse(path.read_bytes(), filename=str(path))
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error):
+                raise
+    return ast.parse(path.read_bytes(), filename=str(path))
+
+
 def _imported_modules(path: Path, module: str | None) -> Iterator[str]:
     """Every module an import statement anywhere in the file names, `from a import b` giving both `a` and
     `a.b` (b may be a submodule; a name that is not a module simply has no file)."""
     is_package = path.name == "__init__.py"
-    with _PARSING:  # CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion depth mismatch")
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+    tree = _parse(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
