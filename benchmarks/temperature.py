@@ -23,7 +23,6 @@ from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.io import write_json
 from centralrl.retrieval import open_retriever
 from centralrl.rl.dev import split_dev
-from centralrl.rl.grpo import group_advantages
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions
 
@@ -31,7 +30,7 @@ from centralrl.schema import read_questions
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
     episodes = TOPOLOGIES["central"]([q for q in questions for _ in range(group_size)], policy, retriever, settings)
     rewards = torch.tensor(episode_rewards(episodes, cfg)).view(-1, group_size)
-    informative = (group_advantages(rewards) != 0).any(dim=1)
+    informative = (rewards != rewards[:, :1]).any(dim=1)  # rewards not all equal: the group has signal
     return {
         "informative_share": round(float(informative.float().mean()), 4),
         "reward_mean": round(float(rewards.mean()), 4),

@@ -17,14 +17,16 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
 Timed in CPU seconds of this process (`time.process_time`, every thread) and wall seconds; the figures are each
 path's fastest round. Peak RSS is per path: freed heap is returned to the system and the kernel's high-water mark
-reset before each run (Linux; elsewhere it is the process's peak so far), so it counts what the path itself
-holds on top of the loaded model. Drift: the update's log-probs (float32 and the configured precision) against the
-rollout's recorded ones over every trained token, for a float32 rollout and a rollout in `harness.precision`.
+reset before each run (Linux; elsewhere it is the process's peak so far), so it is the whole process's peak during
+that run, loaded model included (`rss_at_start_gb`: what the run starts from). Drift: the update's log-probs
+(float32 and bfloat16) against the rollout's recorded ones over every trained token, for a float32 rollout and a
+rollout in `harness.precision`.
 
 Warm start: `supervised_finetune` on the same `--warmstart-steps` x micro_batch_size oracle traces (from
 `warmstart.questions` questions of --questions), with the old settings (float32, one forward per step) and with
-params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run; plus the full default warm
-start's cost projected from the per-token cost. `--threads` torch threads (default 1, stable on a shared machine).
+params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run (the rollout's is freed first);
+plus the full default warm start's cost projected from the per-token cost (core and wall seconds). `--threads`
+torch threads (default 1, stable on a shared machine).
 Writes every figure to --out as JSON; keys named `*speedup*` are old / new.
 """
 
@@ -122,12 +124,14 @@ def peak_rss_gb() -> float:
 
 def measured(run: Callable[[], object]) -> dict:
     reset_peak()
+    before = peak_rss_gb()  # right after the reset: the resident memory the path starts from
     cpu, wall = time.process_time(), time.perf_counter()
     run()
     return {
         "core_seconds": time.process_time() - cpu,
         "wall_seconds": time.perf_counter() - wall,
         "rss": peak_rss_gb(),
+        "rss_before": before,
     }
 
 
@@ -144,6 +148,7 @@ def interleaved(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str
             "wall_seconds": round(min(r["wall_seconds"] for r in rs), 2),
             "core_seconds_rounds": [round(r["core_seconds"], 2) for r in rs],
             "peak_rss_gb": max(r["rss"] for r in rs),
+            "rss_at_start_gb": min(r["rss_before"] for r in rs),
         }
         for name, rs in runs.items()
     }
@@ -248,6 +253,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     for name, f in figures.items():
         f["sequence_tokens_per_core_s"] = round(tokens / f["core_seconds"], 2)
         f["projected_full_core_seconds"] = round(all_tokens / f["sequence_tokens_per_core_s"], 1)
+        f["projected_full_wall_seconds"] = round(all_tokens / tokens * f["wall_seconds"], 1)
     return {
         "traces": len(chosen),
         "steps": -(-len(chosen) // w.micro_batch_size),
@@ -293,18 +299,19 @@ def main() -> None:
     configured_samples = rollout_samples(cfg, Trainer(cfg, configured, retriever, questions, "central", args.seed))
     pad, temperature = policy.tokenizer.pad_token_id, cfg.harness.temperature
     rollouts = {"float32": samples, cfg.harness.precision: configured_samples}
-    updates = ("float32", cfg.train.grpo.precision)
+    updates = ("float32", "bfloat16")
     figures["drift"] = {
         f"update_{u}_vs_rollout_{r}": drift(policy.model, s, u, temperature, pad)
         for r, s in rollouts.items()
         for u in updates
     }
-    figures["drift"]["resolved"] = {p: str(compute_dtype(p, device)) for p in {*rollouts, *updates}}
+    figures["drift"]["resolved"] = {p: str(compute_dtype(p, device)) for p in sorted({*rollouts, *updates})}
     del configured, configured_samples
     if args.warmstart_steps:
         traces, _ = build_traces(
             questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
         )
+        del policy, samples  # each warm-start run loads its own model: the peak is the warm start's alone
         figures["warmstart"] = warmstart_figures(cfg, args, traces)
     print(json.dumps(figures, indent=2))
     write_json(args.out, figures)
