@@ -58,7 +58,16 @@ def main() -> None:
     policy = trained_policy(cfg, args.backbone, args.model, None)
     retriever = open_retriever(cfg.retrieval, args.index)
     greedy = measure(cfg, policy, retriever, dev, run_settings(cfg, greedy=True, seed=0), 1)
-    figures = {"dev_questions": len(dev), "group_size": cfg.train.grpo.group_size, "greedy_f1": greedy["reward_mean"]}
+    figures = {
+        "params": args.params,
+        "model": args.model,
+        "question_types": cfg.data.synthetic.question_types,
+        "harness_precision": cfg.harness.precision,
+        "seeds": args.seeds,
+        "dev_questions": len(dev),
+        "group_size": cfg.train.grpo.group_size,
+        "greedy_f1": greedy["reward_mean"],
+    }
     for temperature in args.temperatures:
         runs = [
             measure(

@@ -94,3 +94,18 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
     diverged = trainer.step
     saved = sorted(state.glob("step-*"))
     assert diverged > 1 and saved[-1].name == f"step-{diverged - 1:06d}"  # the last good state, not the bad one
+
+
+def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone, tmp_path):
+    """Rewards positive, then 0 everywhere: the zero steps are skipped (no KL), and the collapse guard stops it."""
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"steps": 6}, {"dead_steps": 2})
+    collapsing = Phases(reward=lambda trainer, episodes: SIGNAL if trainer.step == 0 else torch.zeros(2, 4))
+    state = tmp_path / "state"
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 3: mean reward 0 in each of the last 2 steps"):
+        run_steps(trainer.cfg, trainer, Progress([]), state, "key", collapsing, NullTracker())
+    assert sorted(p.name for p in state.glob("step-*"))[-1] == "step-000002"

@@ -7,6 +7,11 @@ one for inspection, and a rerun (`dvc repro`) resumes from it, never from the di
 the most common complaint about Search-R1-style training (its issue #88); this is the guard Search-R1 lacks.
 The KL is the k3 estimate over the step's trained tokens, measured only when `kl_coef` > 0 (with no KL term the
 reference forward is skipped, so only the finiteness monitors run).
+
+The KL guard cannot see a policy that collapsed to answers that are always wrong: every group then has equal
+(zero) rewards, the step is skipped, and no KL is measured. Measured on SmolLM2 at learning rate 1e-3: the
+central agent stopped asking sub-questions within 5 steps and every later step scored 0. So a run whose reward
+was positive earlier and has been exactly 0 for `train.health.dead_steps` steps in a row stops as well.
 """
 
 from __future__ import annotations
@@ -36,3 +41,23 @@ def health_problem(metrics: dict[str, float], max_kl: float) -> str | None:
     if metrics["kl"] > max_kl:
         return f"kl to the starting policy {metrics['kl']:.4g} passed train.health.max_kl ({max_kl})"
     return None
+
+
+def collapse_problem(rewards: list[float], dead_steps: int) -> str | None:
+    """A reward collapse in a run's per-step mean rewards (oldest first), or None: the last `dead_steps` are all
+    0 after an earlier positive one (0 disables the check).
+
+    >>> collapse_problem([0.3, 0.2, 0.0, 0.0, 0.0], dead_steps=3)
+    'mean reward 0 in each of the last 3 steps (train.health.dead_steps) after 0.3 earlier: a collapse'
+    >>> collapse_problem([0.0, 0.0, 0.0], dead_steps=3) is None  # never positive: a hard start, not a collapse
+    True
+    """
+    if dead_steps == 0 or len(rewards) <= dead_steps or any(rewards[-dead_steps:]):
+        return None
+    best = max(rewards[:-dead_steps])
+    if best <= 0:
+        return None
+    return (
+        f"mean reward 0 in each of the last {dead_steps} steps (train.health.dead_steps) after {best:.3g} earlier: "
+        "a collapse"
+    )

@@ -46,7 +46,7 @@ from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
 from centralrl.rl.dev import dev_scores, split_dev
-from centralrl.rl.health import TrainingDiverged, health_problem
+from centralrl.rl.health import TrainingDiverged, collapse_problem, health_problem
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import read_questions
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
@@ -192,15 +192,16 @@ def run_steps(
         timing = step_timing(trainer, trainer.world.slowest(seconds))
         progress.wall_seconds += timing["step_seconds"]
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
-        _stop_if_diverged(cfg, metrics, trainer.step, state)
+        _stop_if_diverged(cfg, metrics, [row["reward_mean"] for row in progress.history], trainer.step, state)
         cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
         if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
             phases.checkpoint(trainer, state, progress, key)
 
 
-def _stop_if_diverged(cfg: Config, metrics: dict[str, float], step: int, state: Path) -> None:
-    problem = health_problem(metrics, cfg.train.health.max_kl)
+def _stop_if_diverged(cfg: Config, metrics: dict[str, float], rewards: list[float], step: int, state: Path) -> None:
+    health = cfg.train.health
+    problem = health_problem(metrics, health.max_kl) or collapse_problem(rewards, health.dead_steps)
     if problem:
         kept = sorted(state.glob("step-*"))
         raise TrainingDiverged(
