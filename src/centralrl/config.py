@@ -536,8 +536,10 @@ class HealthConfig(Section):
         1.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
     )
     dead_steps: int = Field(
-        5, ge=0, description="stop when the mean reward has been 0 this many steps in a row after being positive "
-        "(a collapse the KL guard cannot see: such steps are skipped); 0: never"
+        5,
+        ge=0,
+        description="stop when the mean reward has been 0 this many steps in a row after being positive "
+        "(a collapse the KL guard cannot see: such steps are skipped); 0: never",
     )
 
 
