@@ -30,6 +30,7 @@ def small(**overrides) -> SyntheticConfig:
         distractor_sentences=2,
         train_per_type=10,
         test_per_type=4,
+        question_types=TYPES,  # every generator (the default world has only 1- and 2-hop)
     )
     return SyntheticConfig(**{**params, **overrides})
 
