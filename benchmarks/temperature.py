@@ -23,6 +23,7 @@ from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.io import write_json
 from centralrl.retrieval import open_retriever
 from centralrl.rl.dev import split_dev
+from centralrl.rl.grpo import groups_with_signal
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions
 
@@ -30,7 +31,7 @@ from centralrl.schema import read_questions
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
     episodes = TOPOLOGIES["central"]([q for q in questions for _ in range(group_size)], policy, retriever, settings)
     rewards = torch.tensor(episode_rewards(episodes, cfg)).view(-1, group_size)
-    informative = (rewards != rewards[:, :1]).any(dim=1)  # rewards not all equal: the group has signal
+    informative = groups_with_signal(rewards)
     return {
         "informative_share": round(float(informative.float().mean()), 4),
         "reward_mean": round(float(rewards.mean()), 4),

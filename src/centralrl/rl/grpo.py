@@ -42,6 +42,16 @@ from torch import Tensor
 from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES
 
 
+def groups_with_signal(rewards: Tensor) -> Tensor:
+    """Which groups of rewards [Q, G] carry signal (rewards not all equal) -> bool [Q]; the others have zero
+    advantage everywhere.
+
+    >>> groups_with_signal(torch.tensor([[1.0, 0.0], [0.5, 0.5]])).tolist()
+    [True, False]
+    """
+    return (rewards != rewards[:, :1]).any(dim=1)
+
+
 def group_advantages(rewards: Tensor, normalize_std: bool = True, eps: float = 1e-6) -> Tensor:
     """Group-relative advantages: rewards [Q, G] -> advantages [Q, G], one scalar per episode.
 

@@ -55,7 +55,14 @@ from centralrl.harness.engine import RolePolicy
 from centralrl.hardware import compute_dtype
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.retrieval.base import Retriever
-from centralrl.rl.grpo import group_advantages, grpo_loss, head_logprobs, lr_multiplier, micro_batches
+from centralrl.rl.grpo import (
+    group_advantages,
+    grpo_loss,
+    head_logprobs,
+    groups_with_signal,
+    lr_multiplier,
+    micro_batches,
+)
 from centralrl.rl.rewards import outcome_reward
 from centralrl.schema import Question
 from centralrl.seeding import derive_seed
@@ -228,7 +235,7 @@ class Trainer:
         steps. It is logged with `skipped` 1 and its rollout cost, and trains no tokens."""
         g = self.cfg.train.grpo
         advantages = group_advantages(rewards, g.normalize_std, g.eps)
-        informative = (advantages != 0).any(dim=1).tolist()  # one flag per group (question) of this process
+        informative = groups_with_signal(rewards).tolist()  # one flag per group (question) of this process
         kept = [i for i, flag in enumerate(informative) for _ in range(g.group_size) if flag]
         samples = training_samples([episodes[i] for i in kept], advantages.flatten()[kept].tolist())
         informative_groups, denominator = self.world.total(
