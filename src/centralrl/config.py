@@ -618,7 +618,7 @@ class CompareConfig(Section):
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
     seeds: list[int] = Field(
-        default_factory=lambda: [0, 1],
+        default_factory=lambda: [0, 1, 2],
         min_length=1,
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
     )
