@@ -166,6 +166,21 @@ def test_weights_changed_makes_the_merged_copy_follow_the_adapter(tiny_backbone,
     assert retrieval == plain.generate("retrieval", prompts, MAX_NEW, greedy=True)
 
 
+def test_released_copies_are_rebuilt_to_generate_the_same(tiny_backbone, lively):
+    """The trainer frees the bf16 copies before each update; the next generation rebuilds them unchanged."""
+    _, tokenizer = lively
+    model, _ = load_backbone(tiny_backbone)
+    _redraw(model, 0.3, seed=0)
+    torch.manual_seed(0)
+    model = attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8)).eval()
+    policy = RolePolicy(model, tokenizer, ADAPTERS, eval_precision="bfloat16")
+    before = policy.generate("central", _prompts(tokenizer), MAX_NEW, greedy=True)
+    assert policy.copies.plain and policy.copies.merged
+    policy.release_copies()
+    assert not policy.copies.plain and not policy.copies.merged
+    assert policy.generate("central", _prompts(tokenizer), MAX_NEW, greedy=True) == before
+
+
 def test_inverse_cdf_sampling_draws_from_the_distribution():
     probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
     logprobs = probs.log().expand(4000, 4)

@@ -29,8 +29,10 @@ is the model's own; otherwise on a copy in that dtype (`MergedCopies`): the back
 PEFT wrapper, shared by the frozen roles, and for each trained adapter a copy that shares every weight with it
 except the adapted ones, which hold backbone + LoRA delta, merged in float32 then cast. The merged weights are
 rebuilt lazily after `weights_changed()`, which the trainer calls after every optimizer step and after
-restoring a state (the backbone is frozen, so its copy is kept). The recorded log-probs are those of the copy
-that sampled (the trainer uses them as the old log-probs, so its clipped ratio corrects the precision gap).
+restoring a state (the backbone is frozen, so its copy is kept); `release_copies()`, which the trainer calls
+before every update, frees them all, so the update's peak memory does not hold them. The recorded log-probs
+are those of the copy that sampled (the trainer uses them as the old log-probs, so its clipped ratio corrects
+the precision gap).
 
 Not done: keeping the central agent's KV from one turn to the next. Each central turn builds a fresh chat
 (harness/episodes.py): the previous turn's completion is not in the next prompt, and the notes block replaces
@@ -163,6 +165,11 @@ class MergedCopies:
 
     def refresh(self) -> None:
         self.merged.clear()
+
+    def release(self) -> None:
+        """Drop every copy, the plain ones too (rebuilt at the next generation: under a second each)."""
+        self.merged.clear()
+        self.plain.clear()
 
     def get(self, adapter: str | None, dtype: torch.dtype) -> PreTrainedModel:
         if dtype not in self.plain:
@@ -378,6 +385,11 @@ class RolePolicy:
         """The trainer calls this after every optimizer step and after restoring a state: merged copies of the
         adapters are stale and are rebuilt before their next generation."""
         self.copies.refresh()
+
+    def release_copies(self) -> None:
+        """Free the generation copies before an update: its activations then reuse their memory instead of
+        adding to it (SmolLM2-135M: ~0.9 GB of bf16 copies), and they are rebuilt at the next generation."""
+        self.copies.release()
 
     @contextmanager
     def generating_as(self, role: str, dtype: torch.dtype) -> Iterator[PreTrainedModel]:

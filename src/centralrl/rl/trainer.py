@@ -261,6 +261,7 @@ class Trainer:
     def _optimize(self, samples: Sequence[Sample], denominator: float) -> tuple[dict[str, float], float]:
         """The update, the summed gradients clipped, one optimizer and schedule step; its sums and grad norm."""
         g = self.cfg.train.grpo
+        self.policy.release_copies()
         with self.policy.clock.phase("update"):
             self.policy.model.train()
             local = update(
