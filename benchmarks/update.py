@@ -12,6 +12,7 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
   order, micro-batches of 8, float32, old log-probs = the update's own (ratio 1);
 - `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
   `precision`, the rollout's recorded log-probs);
+- `new_ft<n>`: the new path with `--forward-tokens` n padded positions per forward (what bounds peak memory);
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
@@ -24,9 +25,9 @@ rollout in `harness.precision`.
 
 Warm start: `supervised_finetune` on the same `--warmstart-steps` x micro_batch_size oracle traces (from
 `warmstart.questions` questions of --questions), with the old settings (float32, one forward per step) and with
-params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run (the rollout's is freed first);
-plus the full default warm start's cost projected from the per-token cost (core and wall seconds). `--threads`
-torch threads (default 1, stable on a shared machine).
+params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run (the rollout's is freed first),
+and `new_ft<n>` as above; plus the full default warm start's cost projected from the per-token cost (core and
+wall seconds). `--threads` torch threads (default 1, stable on a shared machine).
 Writes every figure to --out as JSON; keys named `*speedup*` are old / new.
 """
 
@@ -197,6 +198,8 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     }
     for n in args.micro_batches:
         settings[f"new_mb{n}"] = (update, g.model_copy(update={"micro_batch_size": n}), True)
+    for n in args.forward_tokens:
+        settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
 
     def path(fn, gc_):
         return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
@@ -239,6 +242,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     w = cfg.warmstart
     chosen = random.Random(0).sample(traces, min(len(traces), args.warmstart_steps * w.micro_batch_size))
     settings = {"old": w.model_copy(update={"precision": "float32", "forward_tokens": 10**9}), "new": w}
+    settings |= {f"new_ft{n}": w.model_copy(update={"forward_tokens": n}) for n in args.forward_tokens}
 
     def path(wcfg):
         def run():
@@ -277,6 +281,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each path, interleaved")
     parser.add_argument("--micro-batches", type=lambda s: [int(n) for n in s.split(",") if n], default=[1, 2, 4, 8])
+    parser.add_argument(
+        "--forward-tokens",
+        type=lambda s: [int(n) for n in s.split(",") if n],
+        default=[],
+        help="also run the new update and warm start with these padded positions per forward (peak memory)",
+    )
     parser.add_argument("--warmstart-steps", type=int, default=4, help="0 skips the warm-start section")
     parser.add_argument("--out", default="benchmarks/results/update.json")
     args = parser.parse_args()
