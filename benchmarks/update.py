@@ -13,6 +13,7 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
 - `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
   `precision`, the rollout's recorded log-probs);
 - `new_ft<n>`: the new path with `--forward-tokens` n padded positions per forward (what bounds peak memory);
+- `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time);
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
@@ -26,8 +27,8 @@ rollout in `harness.precision`.
 Warm start: `supervised_finetune` on the same `--warmstart-steps` x micro_batch_size oracle traces (from
 `warmstart.questions` questions of --questions), with the old settings (float32, one forward per step) and with
 params.yaml's `warmstart` (`precision`, `forward_tokens`), a fresh model each run (the rollout's is freed first),
-and `new_ft<n>` as above; plus the full default warm start's cost projected from the per-token cost (core and
-wall seconds). `--threads` torch threads (default 1, stable on a shared machine).
+and `new_ft<n>` and `new_checkpointed` as above; plus the full default warm start's cost projected from the
+per-token cost (core and wall seconds). `--threads` torch threads (default 1, stable on a shared machine).
 Writes every figure to --out as JSON; keys named `*speedup*` are old / new.
 """
 
@@ -52,6 +53,7 @@ from centralrl.config import Config, GrpoConfig, load_config
 from centralrl.hardware import compute_dtype
 from centralrl.harness.engine import open_policy
 from centralrl.io import write_json
+from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval import open_retriever
 from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
@@ -89,6 +91,19 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
             loss.backward()
             tokens += float(mask.sum())
     return {"tokens": tokens}
+
+
+def checkpointed(fn: Callable) -> Callable:
+    """`fn(model, ...)` with activation checkpointing on (as `train.grpo.activation_checkpointing: true` sets it)."""
+
+    def run(model, *args):
+        set_activation_checkpointing(model, True)
+        try:
+            return fn(model, *args)
+        finally:
+            set_activation_checkpointing(model, False)
+
+    return run
 
 
 def padding_share(samples: list[Sample], g: GrpoConfig, new: bool) -> float:
@@ -200,6 +215,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         settings[f"new_mb{n}"] = (update, g.model_copy(update={"micro_batch_size": n}), True)
     for n in args.forward_tokens:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
+    settings["new_checkpointed"] = (checkpointed(update), g, True)
 
     def path(fn, gc_):
         return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
@@ -243,6 +259,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     chosen = random.Random(0).sample(traces, min(len(traces), args.warmstart_steps * w.micro_batch_size))
     settings = {"old": w.model_copy(update={"precision": "float32", "forward_tokens": 10**9}), "new": w}
     settings |= {f"new_ft{n}": w.model_copy(update={"forward_tokens": n}) for n in args.forward_tokens}
+    settings["new_checkpointed"] = w.model_copy(update={"activation_checkpointing": True})
 
     def path(wcfg):
         def run():

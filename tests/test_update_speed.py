@@ -9,7 +9,7 @@ import torch
 
 from centralrl.config import Config, GrpoConfig, LoraConfig
 from centralrl.harness.engine import open_policy
-from centralrl.models.adapters import attach_adapters, role_adapters
+from centralrl.models.adapters import attach_adapters, role_adapters, set_activation_checkpointing
 from centralrl.models.backbone import load_backbone
 from centralrl.rl.grpo import grpo_loss, token_logprobs
 from centralrl.rl.trainer import Sample, _logprobs, _padded, loss_denominator, update
@@ -107,6 +107,27 @@ def test_float32_update_has_the_gradients_of_the_full_logit_loss(peft):
     assert any(expected[n].abs().max() > 0 for n in lora)
     for name, p in lora.items():
         torch.testing.assert_close(p.grad, expected[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_activation_checkpointing_gives_the_same_update(peft):
+    """Recomputing the activations in the backward changes memory, not the numbers: loss sums and gradients equal."""
+    model, tokenizer = peft
+    samples = make_samples(model, tokenizer, shift=0.1)
+    g = GrpoConfig(precision="float32", micro_batch_size=2, kl_coef=0.05)
+    denominator = loss_denominator(samples, g.loss_normalization)
+    model.train()  # checkpointing acts in training mode only, as in the trainer's update
+    runs = []
+    for enabled in (False, True):
+        set_activation_checkpointing(model, enabled)
+        assert model.get_base_model().model.layers[0].gradient_checkpointing is enabled
+        model.zero_grad(set_to_none=True)
+        totals = update(model, samples, g, TEMPERATURE, tokenizer.pad_token_id, denominator)
+        runs.append((totals, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (plain, plain_grads), (checkpointed, checkpointed_grads) = runs
+    assert plain == pytest.approx(checkpointed, rel=1e-6, abs=1e-7)
+    assert plain_grads.keys() == checkpointed_grads.keys() and any(v.abs().max() > 0 for v in plain_grads.values())
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(checkpointed_grads[name], grad, atol=1e-7, rtol=1e-5, msg=name)
 
 
 def test_old_logprobs_are_the_recorded_ones(peft):

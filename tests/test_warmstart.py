@@ -183,6 +183,20 @@ def test_a_few_steps_lower_the_training_loss(tiny_backbone, policy, smoke_world,
     assert any(not torch.equal(before[k], v) for k, v in merged.state_dict().items())
 
 
+def test_activation_checkpointing_trains_the_same_warm_start(tiny_backbone, policy, smoke_world, train_questions):
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
+    runs = []
+    for enabled in (False, True):
+        model, tokenizer = load_backbone(tiny_backbone)
+        cfg = WarmstartConfig(epochs=2, micro_batch_size=2, precision="float32", activation_checkpointing=enabled)
+        merged, stats = supervised_finetune(model, tokenizer, traces, cfg, LoraConfig())
+        runs.append((stats["losses"], merged.state_dict()))
+    (losses, weights), (checkpointed_losses, checkpointed_weights) = runs
+    assert checkpointed_losses == pytest.approx(losses, rel=1e-6)
+    for name, tensor in weights.items():
+        torch.testing.assert_close(checkpointed_weights[name], tensor, atol=1e-6, rtol=1e-5, msg=name)
+
+
 def test_no_decomposition_is_a_clear_error(policy, smoke_world, train_questions):
     plain = [Question(q.id, q.question, q.golden_answers, "hotpotqa", "train") for q in train_questions[:3]]
     with pytest.raises(DataError, match="synthetic world and MuSiQue"):

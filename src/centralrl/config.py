@@ -487,6 +487,13 @@ class RewardConfig(Section):
     format_weight: float = Field(0.0, ge=0, description="added reward when every action of the episode was valid")
 
 
+CHECKPOINTING_HELP = (
+    "recompute each decoder layer's activations in the backward instead of keeping them (non-reentrant gradient "
+    "checkpointing): the same gradients, peak memory no longer grows with forward_tokens x layers, about one "
+    "more forward of compute (benchmarks/update.py measures both)"
+)
+
+
 class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
@@ -519,6 +526,7 @@ class GrpoConfig(Section):
         "samples are sorted by length and cut within both caps; peak memory follows it (SmolLM2-135M: ~2 MB each "
         "in bf16, ~3 MB in float32)",
     )
+    activation_checkpointing: bool = Field(False, description=CHECKPOINTING_HELP)
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         "float32",
         description="compute dtype of the update's forwards (bf16 autocast; weights, gradients and log-probs stay "
@@ -589,6 +597,7 @@ class WarmstartConfig(Section):
         "length-sorted forwards within it, gradients summed; peak memory follows it (SmolLM2-135M: ~2 MB each "
         "in bf16, ~2.8 MB in float32)",
     )
+    activation_checkpointing: bool = Field(False, description=CHECKPOINTING_HELP)
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="compute dtype of the forward (bf16 autocast; weights and loss stay float32): auto = bfloat16 "

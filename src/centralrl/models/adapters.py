@@ -116,3 +116,15 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool
     for folder in folders[1:]:
         peft_model.load_adapter(str(folder), adapter_name=folder.name, is_trainable=trainable)
     return peft_model
+
+
+def set_activation_checkpointing(model: PreTrainedModel, enabled: bool) -> None:
+    """Turn non-reentrant gradient checkpointing of the decoder layers on or off. It acts in training mode only,
+    so generation (eval mode) is unaffected; LoRA needs no input gradients with the non-reentrant form.
+    transformers 5 names it activation checkpointing, 4.x gradient checkpointing."""
+    lm = model.get_base_model() if isinstance(model, PeftModel) else model
+    name = "activation_checkpointing" if hasattr(lm, "activation_checkpointing_enable") else "gradient_checkpointing"
+    if enabled:
+        getattr(lm, f"{name}_enable")({"use_reentrant": False})
+    else:
+        getattr(lm, f"{name}_disable")()

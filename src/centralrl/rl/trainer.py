@@ -54,6 +54,7 @@ from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
 from centralrl.hardware import compute_dtype
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
+from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval.base import Retriever
 from centralrl.rl.grpo import (
     group_advantages,
@@ -199,6 +200,8 @@ class Trainer:
         g = self.cfg.train.grpo
         self.shape = ModelShape.of(self.policy.model)
         self.parameters = [p for name, p in sorted(self.policy.model.named_parameters()) if "lora_" in name]
+        if g.activation_checkpointing:
+            set_activation_checkpointing(self.policy.model, True)
         self.optimizer = torch.optim.AdamW(self.parameters, lr=g.learning_rate, weight_decay=g.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps)

@@ -60,7 +60,7 @@ from centralrl.harness.engine import RolePolicy
 from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, parse_answer, parse_central, parse_note
 from centralrl.io import atomic_directory
 from centralrl.metrics import normalize_answer
-from centralrl.models.adapters import SHARED, attach_adapters
+from centralrl.models.adapters import SHARED, attach_adapters, set_activation_checkpointing
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
@@ -292,6 +292,8 @@ def supervised_finetune(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         peft_model = attach_adapters(model, {role: SHARED for role in ROLES}, lora)
+        if cfg.activation_checkpointing:
+            set_activation_checkpointing(peft_model, True)
         trainable = [p for p in peft_model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=0.0)
         order_rng = random.Random(cfg.seed)
