@@ -14,7 +14,7 @@ from centralrl.compare import comparison
 from centralrl.config import Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
-from centralrl.report import write_report
+from centralrl.report import closed_book, write_report
 from centralrl.tracking import cell_tags, open_tracker
 from stages.cli import run_stage, stage_parser
 
@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--movement", required=True, help="input pattern: a trained cell's role movement per budget (evaluate)"
     )
+    parser.add_argument(
+        "--data",
+        help="input: prepare_data's counts (metrics/data.json); a benchmark with no supporting passage is labelled "
+        "closed-book in the report",
+    )
     parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
     parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
     args = parser.parse_args(argv)
@@ -93,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     records, references, cuts, histories, movement = load_cells(cfg, args)
     result = comparison(cfg, records, references, cuts, movement)
+    if args.data:
+        result["closed_book"] = closed_book(_json(Path(args.data), "prepare_data"))
     write_json(args.metrics, result)
     with atomic_directory(args.report) as tmp:
         write_report(result, histories, cfg.profile, tmp)

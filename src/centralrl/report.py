@@ -218,6 +218,24 @@ def movement_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def closed_book(data_counts: Mapping) -> list[str]:
+    """Evaluation benchmarks none of whose questions has a supporting passage (prepare_data's counts): their
+    scores measure what the model knows, not what the harness finds.
+
+    >>> closed_book({"test": {"nq": {"questions": 2, "with_supporting_passages": 0},
+    ...                       "hotpotqa": {"questions": 2, "with_supporting_passages": 2}}})
+    ['nq']
+    """
+    tests = data_counts.get("test", {})
+    return sorted(b for b, c in tests.items() if c["questions"] and not c["with_supporting_passages"])
+
+
+def _bench_label(result: dict, bench: str) -> str:
+    if bench == "macro":
+        return "**macro-average**"
+    return f"{bench} (closed-book)" if bench in result.get("closed_book", ()) else bench
+
+
 def benchmark_section(result: dict, backbone: str, budget: str, metric: str) -> list[str]:
     bb = result["backbones"][backbone]
     cut = bb["budgets"][budget]
@@ -243,7 +261,7 @@ def benchmark_section(result: dict, backbone: str, budget: str, metric: str) -> 
         ]
         cells += [_ci(pick(cut["claim"][metric]["seeds"][seed])) for seed in seeds]
         n = sum(any_ref["questions"].values()) if bench == "macro" else any_ref["questions"][bench]
-        lines.append(f"| {'**macro-average**' if bench == 'macro' else bench} | {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_bench_label(result, bench)} | {n} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -305,6 +323,12 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + spending_section(result) + movement_section(result)
     lines += ["## Per benchmark (mean [95% CI], in %)", ""]
+    if result.get("closed_book"):
+        lines += [
+            f"Closed-book rows ({', '.join(result['closed_book'])}): no question of theirs has a supporting passage "
+            "in the corpus, so they measure what the model knows, not what the harness finds.",
+            "",
+        ]
     for backbone, bb in result["backbones"].items():
         for budget in bb["budgets"]:
             for metric in VERDICT_METRICS:
