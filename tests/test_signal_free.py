@@ -68,6 +68,22 @@ def test_one_informative_group_moves_only_the_trainable_adapters(tiny_backbone, 
     assert metrics["trained_tokens.conclusion"] == informative  # the equal-reward group trains no token
 
 
+def test_the_informative_groups_own_episodes_are_trained_with_their_own_advantages(tiny_backbone, tmp_path):
+    """Only the second group differs: its four episodes (indices 4-7) are the samples, each with its advantage."""
+    from centralrl.rl.grpo import group_advantages
+    from centralrl.rl.trainer import informative_samples, training_samples
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["central", "conclusion"])
+    episodes = trainer.rollout()
+    rewards = torch.tensor([[0.5, 0.5, 0.5, 0.5], [1.0, 0.0, 0.0, 0.5]])
+    informative, samples = informative_samples(episodes, rewards, trainer.cfg.train.grpo)
+    advantages = group_advantages(rewards)[1].tolist()
+    assert informative == [False, True]
+    assert samples == training_samples(episodes[4:], advantages)
+    assert sorted({s.advantage for s in samples}) == sorted(set(advantages))  # every episode's own advantage
+    assert {s.ids for s in samples}.isdisjoint({s.ids for s in training_samples(episodes[:4], [1.0] * 4)})
+
+
 def test_spending_counts_optimizer_steps_not_skipped_ones():
     from centralrl.rl.run import spending
 

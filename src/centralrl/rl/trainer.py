@@ -102,6 +102,26 @@ def episode_rewards(episodes: Sequence[Episode], cfg: Config) -> list[float]:
     ]
 
 
+def informative_episodes(informative: Sequence[bool], group_size: int) -> list[int]:
+    """Indices of the episodes of the informative groups; episodes are laid out group by group, G each.
+
+    >>> informative_episodes([False, True, False, True], 2)
+    [2, 3, 6, 7]
+    """
+    return [group * group_size + j for group, flag in enumerate(informative) if flag for j in range(group_size)]
+
+
+def informative_samples(
+    episodes: Sequence[Episode], rewards: torch.Tensor, g: GrpoConfig
+) -> tuple[list[bool], list[Sample]]:
+    """One flag per group (question) whose rewards differ, and the training samples of those groups' episodes,
+    each with its own episode's group-normalised advantage."""
+    advantages = group_advantages(rewards, g.normalize_std, g.eps).flatten().tolist()
+    informative = groups_with_signal(rewards).tolist()
+    kept = informative_episodes(informative, g.group_size)
+    return informative, training_samples([episodes[i] for i in kept], [advantages[i] for i in kept])
+
+
 def training_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Sample]:
     """Every call made with an adapter (a trainable role), carrying its episode's advantage."""
     return [
@@ -237,10 +257,7 @@ class Trainer:
         backward, and neither the optimizer (whose momentum would still move the weights) nor the schedule
         steps. It is logged with `skipped` 1 and its rollout cost, and trains no tokens."""
         g = self.cfg.train.grpo
-        advantages = group_advantages(rewards, g.normalize_std, g.eps)
-        informative = groups_with_signal(rewards).tolist()  # one flag per group (question) of this process
-        kept = [i for i, flag in enumerate(informative) for _ in range(g.group_size) if flag]
-        samples = training_samples([episodes[i] for i in kept], advantages.flatten()[kept].tolist())
+        informative, samples = informative_samples(episodes, rewards, g)
         informative_groups, denominator = self.world.total(
             [float(sum(informative)), loss_denominator(samples, g.loss_normalization)]
         )
