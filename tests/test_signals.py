@@ -41,21 +41,25 @@ def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
         "OMP_NUM_THREADS": "1",
     }
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen(
-        [str(DVC), "repro", "-q"],
-        cwd=folder,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    # the log goes to a file, not a pipe: nobody reads a pipe while the test waits, and a full one (64 KB of
+    # Prefect and dvc lines, more on a loaded machine) blocks dvc and its stage in a write, so they never exit
+    with (folder / "repro.log").open("wb") as log:
+        return subprocess.Popen(
+            [str(DVC), "repro", "-q"],
+            cwd=folder,
+            env=env,
+            start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_for(path: Path, repro: subprocess.Popen, timeout: float = 120.0) -> dict:
     deadline = time.monotonic() + timeout
     while not path.is_file() or not path.read_text():
         if repro.poll() is not None:
-            pytest.fail(f"dvc repro exited early ({repro.returncode}): {repro.stdout.read().decode()}")
+            log = (path.parent / "repro.log").read_text(errors="replace")
+            pytest.fail(f"dvc repro exited early ({repro.returncode}): {log}")
         assert time.monotonic() < deadline, "the stage did not start its flow in time"
         time.sleep(0.2)
     return json.loads(path.read_text())
