@@ -139,12 +139,17 @@ def test_bf16_copy_records_float32_logprobs_aligned_with_its_tokens(lively):
     assert (recorded.to(torch.bfloat16).float() != recorded).any()  # computed in float32, not bf16
 
 
-def test_weights_changed_makes_the_merged_copy_follow_the_adapter(tiny_backbone, lively):
-    _, tokenizer = lively
+def _adapted(tiny_backbone):
+    """The redrawn tiny backbone with the role adapters attached, in eval mode."""
     model, _ = load_backbone(tiny_backbone)
     _redraw(model, 0.3, seed=0)
     torch.manual_seed(0)
-    model = attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8)).eval()
+    return attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8)).eval()
+
+
+def test_weights_changed_makes_the_merged_copy_follow_the_adapter(tiny_backbone, lively):
+    _, tokenizer = lively
+    model = _adapted(tiny_backbone)
     prompts = _prompts(tokenizer)
     policy = RolePolicy(model, tokenizer, ADAPTERS, eval_precision="bfloat16")
     before = policy.generate("central", prompts, MAX_NEW, greedy=True)
@@ -169,10 +174,7 @@ def test_weights_changed_makes_the_merged_copy_follow_the_adapter(tiny_backbone,
 def test_released_copies_are_rebuilt_to_generate_the_same(tiny_backbone, lively):
     """The trainer frees the bf16 copies before each update; the next generation rebuilds them unchanged."""
     _, tokenizer = lively
-    model, _ = load_backbone(tiny_backbone)
-    _redraw(model, 0.3, seed=0)
-    torch.manual_seed(0)
-    model = attach_adapters(model, ADAPTERS, LoraConfig(r=4, alpha=8)).eval()
+    model = _adapted(tiny_backbone)
     policy = RolePolicy(model, tokenizer, ADAPTERS, eval_precision="bfloat16")
     before = policy.generate("central", _prompts(tokenizer), MAX_NEW, greedy=True)
     assert policy.copies.plain and policy.copies.merged
