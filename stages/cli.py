@@ -2,7 +2,8 @@
 `run_stage`, which runs a stage's `main` the way DVC needs it:
 
 - it dies with whatever started it (`dvc repro` killed by any signal, SIGKILL included), and SIGTERM or Ctrl-C
-  unwinds it like an exception, so its temporaries are deleted and its children stopped;
+  unwinds it like an exception, so its temporaries are deleted and its children stopped; a second signal, or
+  unwinding that takes 20 s, ends it at once;
 - every section of the params file is validated first, whether or not the stage reads it;
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
   (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one;

@@ -88,3 +88,40 @@ def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path):
         assert not alive, f"still running after {how} to dvc: {[p.cmdline() for p in alive]}"
         out = tmp_path / how / "out"
         assert not out.is_dir() or not list(out.iterdir()), f"{how}: a partial output or temporary was left"
+
+
+HANGING_CLEANUP = """
+import sys, time
+sys.path.insert(0, {src!r})
+from centralrl.processes import terminate_as_interrupt
+terminate_as_interrupt(grace={grace})
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(0.1)
+finally:
+    time.sleep(1000)  # cleanup that never finishes (seen: a crash report to a server that does not answer)
+"""
+
+
+def start_hanging(tmp_path: Path, grace: float) -> subprocess.Popen:
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_CLEANUP.format(src=str(REPO / "src"), grace=grace))
+    process = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+@pytest.mark.parametrize("how", ["grace", "second signal"])
+def test_a_stop_whose_cleanup_hangs_still_ends_the_process(tmp_path, how):
+    process = start_hanging(tmp_path, grace=1.0 if how == "grace" else 600.0)
+    process.send_signal(signal.SIGINT)
+    if how == "second signal":
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT
+    expected = "still stopping 1 s later" if how == "grace" else "a second signal"
+    assert f"SIGINT, then {expected}: exiting without further cleanup" in err

@@ -74,18 +74,42 @@ def watch_grandparent(interval: float = 0.5) -> threading.Thread | None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (or SIGHUP) as an exception: code unwinds as on Ctrl-C, so temporaries and children are cleaned."""
+    """SIGINT, SIGTERM or SIGHUP as an exception: code unwinds as on Ctrl-C, so temporaries and children are
+    cleaned."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def terminate_as_interrupt() -> None:
-    """Turn SIGTERM and SIGHUP into `Terminated` in the main thread (SIGINT already raises KeyboardInterrupt)."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+def terminate_as_interrupt(grace: float = 20.0) -> None:
+    """Turn SIGINT, SIGTERM and SIGHUP into `Terminated` in the main thread, so the process unwinds.
+
+    Unwinding must not keep a stopped process alive: a Ctrl-C under heavy load once left a stage inside
+    Prefect's crash report for over a minute, and `dvc repro` waits for its stage. So a second signal, or
+    `grace` seconds after the first, ends the process at once (exit status 128 + the signal's number). Its
+    atomic writes were discarded while unwinding or are removed by the next run (`clean_stale_temporaries`);
+    its servers are SIGKILLed by Linux (`tied_to_this_process`)."""
+    first: list[int] = []
+
+    def stop(signum, frame) -> None:
+        if first:
+            _exit_now(signum, "a second signal")
+        first.append(signum)
+        timer = threading.Timer(grace, _exit_now, (signum, f"still stopping {grace:g} s later"))
+        timer.daemon = True
+        timer.start()
+        raise Terminated(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
+
+
+def _exit_now(signum: int, why: str) -> None:
+    name = os.path.basename(sys.argv[0]) or "python"
+    sys.stderr.write(f"{name}: {signal.Signals(signum).name}, then {why}: exiting without further cleanup\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
