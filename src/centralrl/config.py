@@ -498,15 +498,15 @@ class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
     steps: int = Field(
-        2,
+        8,
         ge=1,
         description="the most rollout batches a run takes, each followed by one optimizer step unless no group "
         "had reward variance (then skipped); the horizon of the lr schedule; a run stops earlier once every "
         "budget is reached",
     )
     questions_per_step: int = Field(2, ge=1)
-    group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
-    learning_rate: float = Field(1e-4, gt=0)
+    group_size: int = Field(8, ge=2, description="G: sampled episodes per question")
+    learning_rate: float = Field(5e-4, gt=0)
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -556,7 +556,7 @@ class DevConfig(Section):
     greedily during training for learning curves and for choosing hyperparameters (never the test split)."""
 
     questions: int = Field(16, ge=0, description="training questions held out as the dev split (0: none)")
-    every: int = Field(5, ge=1, description="score the dev split after every N steps (and at the start and end)")
+    every: int = Field(4, ge=1, description="score the dev split after every N steps (and at the start and end)")
     seed: int = Field(0, description="seed of the dev sample: every arm and seed is scored on the same questions")
 
 
@@ -658,8 +658,8 @@ class Config(Section):
     )
     budgets: dict[str, BudgetConfig] = Field(
         default_factory=lambda: {
-            "equal_steps": BudgetConfig(steps=2),
-            "equal_tokens": BudgetConfig(trained_tokens=900),
+            "equal_steps": BudgetConfig(steps=8),
+            "equal_tokens": BudgetConfig(trained_tokens=2400),
         },
         min_length=1,
         description="cut points of every run, each evaluated and compared (equal steps, equal trained tokens, ...)",
