@@ -90,23 +90,25 @@ def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path):
         assert not out.is_dir() or not list(out.iterdir()), f"{how}: a partial output or temporary was left"
 
 
-HANGING_CLEANUP = """
-import sys, time
+STOPPABLE = """
+import signal, sys, time
 sys.path.insert(0, {src!r})
 from centralrl.processes import terminate_as_interrupt
 terminate_as_interrupt(grace={grace})
-print("ready", flush=True)
+if {swallow}:  # what Prefect's SIGTERM handler amounts to when its exception lands in a __del__
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
 try:
+    print("ready", flush=True)  # inside the try: a signal right after it must meet the hanging cleanup
     while True:
         time.sleep(0.1)
 finally:
-    time.sleep(1000)  # cleanup that never finishes (seen: a crash report to a server that does not answer)
+    time.sleep(1000)  # cleanup that never finishes (a crash report to a server that does not answer)
 """
 
 
-def start_hanging(tmp_path: Path, grace: float) -> subprocess.Popen:
-    script = tmp_path / "hang.py"
-    script.write_text(HANGING_CLEANUP.format(src=str(REPO / "src"), grace=grace))
+def start_stoppable(tmp_path: Path, grace: float, swallow: bool = False) -> subprocess.Popen:
+    script = tmp_path / "stoppable.py"
+    script.write_text(STOPPABLE.format(src=str(REPO / "src"), grace=grace, swallow=swallow))
     process = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -116,12 +118,21 @@ def start_hanging(tmp_path: Path, grace: float) -> subprocess.Popen:
 
 @pytest.mark.parametrize("how", ["grace", "second signal"])
 def test_a_stop_whose_cleanup_hangs_still_ends_the_process(tmp_path, how):
-    process = start_hanging(tmp_path, grace=1.0 if how == "grace" else 600.0)
+    process = start_stoppable(tmp_path, grace=1.0 if how == "grace" else 600.0)
     process.send_signal(signal.SIGINT)
     if how == "second signal":
         time.sleep(0.5)
         process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGINT
+    assert process.returncode == 128 + signal.SIGINT, err
     expected = "still stopping 1 s later" if how == "grace" else "a second signal"
     assert f"SIGINT, then {expected}: exiting without further cleanup" in err
+
+
+def test_a_signal_whose_exception_is_swallowed_still_ends_the_process(tmp_path):
+    """Another handler (Prefect's, during flow runs) took the signal and its exception never surfaced."""
+    process = start_stoppable(tmp_path, grace=1.0, swallow=True)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "SIGTERM, then still stopping 1 s later: exiting without further cleanup" in err

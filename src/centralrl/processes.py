@@ -85,27 +85,50 @@ class Terminated(KeyboardInterrupt):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def terminate_as_interrupt(grace: float = 20.0) -> None:
-    """Turn SIGINT, SIGTERM and SIGHUP into `Terminated` in the main thread, so the process unwinds.
+_STOPPING: list[int] = []  # the signals our handler has raised as `Terminated`
 
-    Unwinding must not keep a stopped process alive: a Ctrl-C under heavy load once left a stage inside
-    Prefect's crash report for over a minute, and `dvc repro` waits for its stage. So a second signal, or
-    `grace` seconds after the first, ends the process at once (exit status 128 + the signal's number). Its
-    atomic writes were discarded while unwinding or are removed by the next run (`clean_stale_temporaries`);
-    its servers are SIGKILLed by Linux (`tied_to_this_process`)."""
-    first: list[int] = []
 
-    def stop(signum, frame) -> None:
-        if first:
+def _raise_terminated(signum, frame) -> None:
+    if _STOPPING:
+        _exit_now(signum, "a second signal")
+    _STOPPING.append(signum)
+    raise Terminated(signum)
+
+
+def terminate_as_interrupt(grace: float = 20.0) -> threading.Thread:
+    """Turn SIGINT, SIGTERM and SIGHUP into `Terminated` in the main thread, so the process unwinds, and
+    make sure a stopped process ends: a second signal, or `grace` seconds after the first, ends it at once
+    (exit status 128 + the signal's number). Its atomic writes were discarded while unwinding or are removed
+    by the next run (`clean_stale_temporaries`); its servers are SIGKILLed by Linux (`tied_to_this_process`).
+
+    Why the deadline: the exception a handler raises lands wherever the main thread is, and inside a `__del__`
+    Python only prints it ("Exception ignored in ..."), so the signal is lost and `dvc repro` waits for its
+    stage forever (seen here under load, with Prefect's own SIGTERM handler, which it installs during flow
+    runs). So the deadline is not armed by a Python handler: the C-level handler writes every signal's number
+    to a wakeup pipe (`signal.set_wakeup_fd`), whichever Python handler is installed, and a thread reading
+    it arms the deadline. Returns that thread."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_terminated)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    thread = threading.Thread(target=_deadline_after_stop, args=(read, grace), name="stop-deadline", daemon=True)
+    thread.start()
+    return thread
+
+
+def _deadline_after_stop(wakeup: int, grace: float) -> None:
+    first = None
+    while received := os.read(wakeup, 1):
+        signum = received[0]
+        if signum not in STOP_SIGNALS:
+            continue
+        if first is not None:
             _exit_now(signum, "a second signal")
-        first.append(signum)
+        first = signum
         timer = threading.Timer(grace, _exit_now, (signum, f"still stopping {grace:g} s later"))
         timer.daemon = True
         timer.start()
-        raise Terminated(signum)
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
 
 
 def _exit_now(signum: int, why: str) -> None:
