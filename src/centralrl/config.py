@@ -506,7 +506,7 @@ class GrpoConfig(Section):
     )
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(8, ge=2, description="G: sampled episodes per question")
-    learning_rate: float = Field(5e-4, gt=0)
+    learning_rate: float = Field(3e-4, gt=0)
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -541,7 +541,7 @@ class HealthConfig(Section):
     above `max_kl`, or ending `dead_steps` zero-reward steps after a positive one, stops the run unsaved."""
 
     max_kl: float = Field(
-        1.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
+        2.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
     )
     dead_steps: int = Field(
         5,
