@@ -210,3 +210,24 @@ def test_arms_that_answer_alike_size_no_test(smoke_params):
     claim = {"verdict": "inconclusive", "power": result}
     notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
     assert "could have detected the published difference is unknown" in notes[0]
+
+
+def test_each_arm_is_compared_with_its_untrained_start(smoke_params):
+    # central_only answers 30 of 40 questions, the start 0: CI far above 0; joint answers what the start does: 0
+    from centralrl.compare import gains_over_start, untrained_start
+    from centralrl.config import load_config
+    from centralrl.report import gains_section
+
+    def records(scores):
+        return [{"id": f"q{i:03d}", "benchmark": "x", "f1": s, "acc": s, "em": s} for i, s in enumerate(scores)]
+
+    cfg = load_config(smoke_params)
+    start = records([0.0] * 40)
+    trained = {"central_only": records([float(i % 4 != 0) for i in range(40)]), "joint": start}
+    gains = gains_over_start(cfg, {arm: {s: trained[arm] for s in cfg.seeds} for arm in cfg.arms}, {"base": start})
+    assert untrained_start(cfg, "joint") == "base"  # the first reference of the arm's topology, not single_agent
+    assert gains["central_only"]["seeds"][0]["f1"]["macro"]["estimate"] == pytest.approx(75.0)
+    assert [gains[arm]["seeds"][0]["above"] for arm in ("central_only", "joint")] == [True, False]
+    table = "\n".join(gains_section({"backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
+    assert "| main | cut | central_only | base | 0 | 75.00 [" in table and "| **above** |" in table
+    assert "| main | cut | joint | base | 0 | 0.00 [0.00, 0.00], p=1.000 | no |" in table

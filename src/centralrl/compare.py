@@ -160,15 +160,41 @@ def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
     }
 
 
+def untrained_start(cfg: Config, arm: str) -> str | None:
+    """The reference that is this arm before training: the first one of the same topology (`base`), or None."""
+    topology = cfg.arm(arm).topology
+    return next((ref for ref, spec in cfg.references.items() if spec.topology == topology), None)
+
+
+def gains_over_start(
+    cfg: Config, records: Mapping[str, Mapping[int, Sequence[dict]]], references: Mapping[str, Sequence[dict]]
+) -> dict:
+    """Did training help? Per arm and seed, the paired difference trained minus its untrained start (the same
+    harness from the starting checkpoint), with its CI and p-value; `above` when the macro F1 CI is above 0."""
+    out = {}
+    for arm in cfg.arms:
+        start = untrained_start(cfg, arm)
+        if start is None:
+            continue
+        seeds = {seed: paired(records[arm][seed], references[start], cfg) for seed in cfg.seeds}
+        out[arm] = {
+            "start": start,
+            "seeds": {seed: {**d, "above": d["f1"]["macro"]["low"] > 0} for seed, d in seeds.items()},
+        }
+    return out
+
+
 def budget_comparison(
     cfg: Config,
     records: Mapping[str, Mapping[int, Sequence[dict]]],
     cuts: Mapping[str, Mapping[int, dict]],
     movement: Mapping[str, Mapping[int, dict]],
+    references: Mapping[str, Sequence[dict]],
 ) -> dict:
-    """One budget on one backbone: every arm's scores, spending and role movement per seed, the claim's paired
-    differences, their spread over seeds, the MDE and the verdict per metric. records[arm][seed],
-    cuts[arm][seed] (budgets.json), movement[arm][seed] (the evaluate stage's, this budget's entry)."""
+    """One budget on one backbone: every arm's scores, spending and role movement per seed, its gain over its
+    untrained start, the claim's paired differences, their spread over seeds, the MDE and the verdict per metric.
+    records[arm][seed], cuts[arm][seed] (budgets.json), movement[arm][seed] (the evaluate stage's, this budget's
+    entry), references[name] (the untrained harnesses' records)."""
     first, second = cfg.claim
     arms = {
         arm: {
@@ -192,7 +218,7 @@ def budget_comparison(
             "power": power(cfg, records[first], records[second], metric),
         }
     moved = {arm: arm_movement(cfg.arm(arm), movement[arm]) for arm in cfg.arms}
-    return {"arms": arms, "claim": claim, "movement": moved}
+    return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
 
 
 def _interval(d: dict) -> Interval:
@@ -231,6 +257,7 @@ def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: 
                         {arm: {s: records[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
                         {arm: {s: cuts[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
                         {arm: {s: movement[backbone][arm][s][budget] for s in cfg.seeds} for arm in cfg.arms},
+                        reference_records[backbone],
                     ),
                 }
                 for budget in cfg.budgets

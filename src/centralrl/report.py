@@ -172,6 +172,27 @@ def spending_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def gains_section(result: dict) -> list[str]:
+    lines = [
+        "## Did training help? Each arm minus its untrained start",
+        "",
+        "Paired over the test questions: the trained harness minus the same harness from the starting checkpoint "
+        "(macro F1 difference [95% CI], permutation p). **above** when the whole CI is above 0.",
+        "",
+        "| backbone | budget | arm | start | seed | F1 difference [CI], p | above the start? |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for backbone, bb in result["backbones"].items():
+        for budget, cut in bb["budgets"].items():
+            for arm, gain in cut.get("gains", {}).items():
+                for seed, d in gain["seeds"].items():
+                    lines.append(
+                        f"| {backbone} | {budget} | {arm} | {gain['start']} | {seed} | {_ci(d['f1']['macro'])}, "
+                        f"p={d['f1']['p_value']:.3f} | {'**above**' if d['above'] else 'no'} |"
+                    )
+    return lines + [""]
+
+
 def _percent(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
@@ -321,7 +342,7 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
 def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -> Path:
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
-    lines += verdict_section(result) + spending_section(result) + movement_section(result)
+    lines += verdict_section(result) + gains_section(result) + spending_section(result) + movement_section(result)
     lines += ["## Per benchmark (mean [95% CI], in %)", ""]
     if result.get("closed_book"):
         lines += [
