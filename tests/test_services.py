@@ -303,3 +303,33 @@ def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
     assert (tiny_repo / "eval" / "joint-0" / "a.txt").read_text() == "evaluated\n"  # dry: nothing ran
     assert schedule.active is False and schedule.schedule.cron == "0 2 * * *"
     assert failed.is_failed() and "Stage 'no_such_stage' not found" in failed.message
+
+
+FAILING_FLOW = """
+import sys
+sys.path.insert(0, {src!r})
+from centralrl.services import stage_prefect_server
+with stage_prefect_server():
+    from prefect import flow
+
+    @flow
+    def fails():
+        raise ValueError("boom")
+
+    try:
+        fails()
+    except ValueError:
+        print("the flow failed", flush=True)
+"""
+
+
+def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path):
+    """Prefect sends a failed flow's logs in the background; sent after the stage's server stopped, they used to
+    print 'Error logging to API' under the stage's own error message."""
+    script = tmp_path / "failing_flow.py"
+    script.write_text(FAILING_FLOW.format(src=str(REPO / "src")))
+    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "the flow failed" in run.stdout, run.stderr
+    assert "Error logging to API" not in run.stdout + run.stderr

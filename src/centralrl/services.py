@@ -157,9 +157,20 @@ def stage_prefect_server(timeout: float = 120.0) -> Iterator[str]:
         os.environ["PREFECT_API_URL"] = f"{server.url}/api"
         yield os.environ["PREFECT_API_URL"]
     finally:
+        _send_queued_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
         stop(server)
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _send_queued_prefect_logs(timeout: float = 5.0) -> None:
+    """Send the flow-run logs Prefect still holds while its server is up: otherwise its exit hook sends them to
+    a stopped server and prints "Error logging to API ... All connection attempts failed" under a stage's
+    error message."""
+    if "prefect.logging.handlers" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=timeout)
 
 
 def start_mlflow(
