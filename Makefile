@@ -36,6 +36,7 @@ test: setup  ## lint and format check (ruff), then the test suite (tiny real run
 benchmarks: setup
 	$(BIN)/python benchmarks/retrieval.py --out benchmarks/results/retrieval.json
 	$(BIN)/python benchmarks/rollout.py --out benchmarks/results/rollout.json
+	$(BIN)/python benchmarks/rollout.py --old-vs-new --questions data/train.jsonl --steps 6 --out benchmarks/results/rollout_speed.json
 	$(BIN)/python benchmarks/update.py --model models/main/backbone --index index --questions data/train.jsonl --out benchmarks/results/update.json
 
 clean-venv:
