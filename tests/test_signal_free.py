@@ -119,9 +119,9 @@ def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone,
     from centralrl.rl.run import Phases, run_steps
     from centralrl.tracking import NullTracker
 
-    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"steps": 6}, {"dead_steps": 2})
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"steps": 6}, {"dead_questions": 4})
     collapsing = Phases(reward=lambda trainer, episodes: SIGNAL if trainer.step == 0 else torch.zeros(2, 4))
     state = tmp_path / "state"
-    with pytest.raises(TrainingDiverged, match=r"diverged at step 3: mean reward 0 in each of the last 2 steps"):
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 3: mean reward 0 in the last 2 steps"):
         run_steps(trainer.cfg, trainer, Progress([]), state, "key", collapsing, NullTracker())
     assert sorted(p.name for p in state.glob("step-*"))[-1] == "step-000002"

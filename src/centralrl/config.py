@@ -538,16 +538,19 @@ class GrpoConfig(Section):
 
 class HealthConfig(Section):
     """Collapse guards (`centralrl.rl.health`): a step with a non-finite loss, reward, grad norm or KL, with KL
-    above `max_kl`, or ending `dead_steps` zero-reward steps after a positive one, stops the run unsaved."""
+    above `max_kl`, or ending a run of zero-reward steps covering `dead_questions` questions after a positive
+    step, stops the run unsaved."""
 
     max_kl: float = Field(
         2.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
     )
-    dead_steps: int = Field(
-        5,
+    dead_questions: int = Field(
+        12,
         ge=0,
-        description="stop when the mean reward has been 0 this many steps in a row after being positive "
-        "(a collapse the KL guard cannot see: such steps are skipped); 0: never",
+        description="stop when every group of the last this many training questions scored 0 after a positive "
+        "step (a collapse the KL guard cannot see: such steps are skipped): ceil(dead_questions / "
+        "questions_per_step) steps in a row; counted in questions because hard draws make zero steps common "
+        "when a step has few questions; 0: never",
     )
 
 

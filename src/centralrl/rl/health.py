@@ -11,7 +11,10 @@ reference forward is skipped, so only the finiteness monitors run).
 The KL guard cannot see a policy that collapsed to answers that are always wrong: every group then has equal
 (zero) rewards, the step is skipped, and no KL is measured. Measured on SmolLM2 at learning rate 1e-3: the
 central agent stopped asking sub-questions within 5 steps and every later step scored 0. So a run whose reward
-was positive earlier and has been exactly 0 for `train.health.dead_steps` steps in a row stops as well.
+was positive earlier and has been exactly 0 over the last `train.health.dead_questions` training questions stops
+as well. The window is counted in questions, not steps: at 2 questions per step, 20 of the default experiment's
+48 steps scored 0 on hard draws alone (two runs of 4 in a row, dev F1 rising meanwhile), so a guard of 5 steps
+would stop healthy runs; 12 questions is 6 such steps, or 2 steps of 8 questions.
 """
 
 from __future__ import annotations
@@ -43,21 +46,24 @@ def health_problem(metrics: dict[str, float], max_kl: float) -> str | None:
     return None
 
 
-def collapse_problem(rewards: list[float], dead_steps: int) -> str | None:
-    """A reward collapse in a run's per-step mean rewards (oldest first), or None: the last `dead_steps` are all
-    0 after an earlier positive one (0 disables the check).
+def collapse_problem(rewards: list[float], dead_questions: int, questions_per_step: int) -> str | None:
+    """A reward collapse in a run's per-step mean rewards (oldest first), or None: the last
+    ceil(`dead_questions` / `questions_per_step`) are all 0 after an earlier positive one (0 disables the check).
 
-    >>> collapse_problem([0.3, 0.2, 0.0, 0.0, 0.0], dead_steps=3)
-    'mean reward 0 in each of the last 3 steps (train.health.dead_steps) after 0.3 earlier: a collapse'
-    >>> collapse_problem([0.0, 0.0, 0.0], dead_steps=3) is None  # never positive: a hard start, not a collapse
+    >>> collapse_problem([0.3, 0.2, 0.0, 0.0, 0.0], dead_questions=6, questions_per_step=2)
+    'mean reward 0 in the last 3 steps (6 questions, train.health.dead_questions) after 0.3 earlier: a collapse'
+    >>> collapse_problem([0.3, 0.0, 0.0], dead_questions=6, questions_per_step=2) is None  # 4 questions so far
+    True
+    >>> collapse_problem([0.0, 0.0, 0.0], dead_questions=2, questions_per_step=2) is None  # never positive
     True
     """
+    dead_steps = -(-dead_questions // questions_per_step)
     if dead_steps == 0 or len(rewards) <= dead_steps or any(rewards[-dead_steps:]):
         return None
     best = max(rewards[:-dead_steps])
     if best <= 0:
         return None
     return (
-        f"mean reward 0 in each of the last {dead_steps} steps (train.health.dead_steps) after {best:.3g} earlier: "
-        "a collapse"
+        f"mean reward 0 in the last {dead_steps} steps ({dead_steps * questions_per_step} questions, "
+        f"train.health.dead_questions) after {best:.3g} earlier: a collapse"
     )

@@ -201,7 +201,9 @@ def run_steps(
 
 def _stop_if_diverged(cfg: Config, metrics: dict[str, float], rewards: list[float], step: int, state: Path) -> None:
     health = cfg.train.health
-    problem = health_problem(metrics, health.max_kl) or collapse_problem(rewards, health.dead_steps)
+    problem = health_problem(metrics, health.max_kl) or collapse_problem(
+        rewards, health.dead_questions, cfg.train.grpo.questions_per_step
+    )
     if problem:
         kept = sorted(state.glob("step-*"))
         raise TrainingDiverged(
