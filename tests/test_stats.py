@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -196,6 +197,26 @@ def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detec
     notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
     said = "could have detected the published +2.43" if detectable else "could not have detected the published +2.43"
     assert said in notes[0] and f"{questions} questions x 2 seeds" in notes[0]
+
+
+def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde(smoke_params):
+    # seed 0 as above at 40 questions (MDE 22.2); seed 1 identical arms (SE 0). Pooling seed 1's zeros would halve
+    # the SE of the seed mean (MDE 11.1) though the seeds that differ can see no more than 22.2
+    from centralrl.compare import power
+    from centralrl.config import load_config
+    from centralrl.report import power_notes
+
+    def records(scores):
+        return [{"id": f"q{i:05d}", "benchmark": "x", "f1": s} for i, s in enumerate(scores)]
+
+    a = {0: records([i % 2 for i in range(40)]), 1: records([0.0] * 40)}
+    b = {0: records([0.0] * 40), 1: records([0.0] * 40)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert result["pooled_seeds"] == [0] and result["seeds"][1]["mde"] is None
+    assert result["mde"] == result["seeds"][0]["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / 40), rel=0.05)
+    claim = {"verdict": "inconclusive", "power": json.loads(json.dumps(result))}  # as the report reads it back
+    notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
+    assert "40 questions x 1 seed (seed 1 left out: the arms answered every question alike)" in notes[0]
 
 
 def test_arms_that_answer_alike_size_no_test(smoke_params):

@@ -114,7 +114,10 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     `detectable`: whether the published difference is at least the pooled MDE. a[seed], b[seed]: records.
 
     A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
-    its MDE and `detectable` are None rather than a detectable difference of 0."""
+    its MDE and `detectable` are None rather than a detectable difference of 0. Such a seed is left out of the
+    pooled MDE (`pooled_seeds` lists the seeds kept): its zero differences would halve the standard error of the
+    seed mean and the effect with it, so the pooled MDE would claim twice the sensitivity the seeds that differ
+    have (seen in the realqa run: a seed in which no group's rewards differed, so neither arm trained)."""
     c = cfg.compare
 
     def se_mde(seeds: Sequence[int]) -> dict[str, float]:
@@ -126,13 +129,17 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         )
         return {"se": se, "mde": minimum_detectable_difference(se, level=c.level, power=c.power) if se else None}
 
-    pooled, published = se_mde(list(a)), published_difference(cfg.claim, metric)
+    seeds = {seed: se_mde([seed]) for seed in a}
+    spread = [seed for seed in a if seeds[seed]["se"]]
+    pooled = se_mde(spread) if spread else {"se": 0.0, "mde": None}
+    published = published_difference(cfg.claim, metric)
     return {
         "power": c.power,
         "alpha": 1 - c.level,
         "questions": len(next(iter(a.values()))),
         **pooled,
-        "seeds": {seed: se_mde([seed]) for seed in a},
+        "seeds": seeds,
+        "pooled_seeds": spread,
         "published": published,
         "detectable": None if None in (published, pooled["mde"]) else pooled["mde"] <= abs(published),
     }
@@ -151,12 +158,17 @@ def sub_agent_roles(spec: ArmConfig) -> list[str]:
 
 def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
     """One arm at one budget: each seed's movement per role (the evaluate stage's), the arm's trained sub-agents,
-    and the seeds in which none of them changed a single greedy output (`unmoved_seeds`)."""
-    subs = sub_agent_roles(spec)
+    the seeds in which none of them changed a single greedy output (`unmoved_seeds`), and those in which no trained
+    role did (`still_seeds`: there the arm is its untrained start, e.g. no step had a group whose rewards differ)."""
+    subs, trained = sub_agent_roles(spec), spec.trainable_roles
     return {
         "seeds": dict(movement),
+        "trained": list(trained),
         "sub_agents": subs,
         "unmoved_seeds": [s for s, roles in movement.items() if subs and not any(roles[r]["changed"] for r in subs)],
+        "still_seeds": [
+            s for s, roles in movement.items() if trained and not any(roles[r]["changed"] for r in trained)
+        ],
     }
 
 

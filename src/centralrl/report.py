@@ -95,10 +95,13 @@ def power_notes(result: dict) -> list[str]:
 
 
 def _detectable(power: Mapping) -> str:
+    kept = {str(seed) for seed in power["pooled_seeds"]}  # seed keys are strings once read back from JSON
+    left_out = [str(seed) for seed in power["seeds"] if str(seed) not in kept]
     mde, published, size = (
         power["mde"],
         power["published"],
-        f"{power['questions']} questions x {len(power['seeds'])} seeds",
+        f"{power['questions']} questions x {len(kept)} seed{'' if len(kept) == 1 else 's'}"
+        + (f" (seed {', '.join(left_out)} left out: the arms answered every question alike)" if left_out else ""),
     )
     if mde is None:
         return (
@@ -122,11 +125,18 @@ def _detectable(power: Mapping) -> str:
 
 
 def movement_notes(result: dict) -> list[str]:
-    """A sentence per arm and budget whose trained sub-agents changed no greedy output in some seed."""
+    """A sentence per arm and budget that did not move at all in some seed, and per arm and budget whose trained
+    sub-agents changed no greedy output in some seed."""
     lines = []
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
             for arm, moved in cut["movement"].items():
+                if moved["still_seeds"]:
+                    lines.append(
+                        f"- {backbone}, {budget}, {arm}: in seed(s) {', '.join(map(str, moved['still_seeds']))} no "
+                        f"trained role ({', '.join(moved['trained'])}) changed a greedy output: there the arm is its "
+                        "untrained start."
+                    )
                 still, seeds = moved["unmoved_seeds"], moved["seeds"]
                 if not still:
                     continue
@@ -141,10 +151,10 @@ def movement_notes(result: dict) -> list[str]:
                         f"differs from the start's, in any seed (calls: {calls}); its verdict is no evidence about "
                         "training the sub-agents."
                     )
-                else:
+                elif central_moved := [s for s in still if s not in moved["still_seeds"]]:
                     lines.append(
-                        f"- {backbone}, {budget}, {arm}: in seed(s) {', '.join(map(str, still))} the sub-agents "
-                        f"({subs}) did not move; those seeds compare central against central."
+                        f"- {backbone}, {budget}, {arm}: in seed(s) {', '.join(map(str, central_moved))} the "
+                        f"sub-agents ({subs}) did not move; those seeds compare central against central."
                     )
     return lines + [""] if lines else []
 
