@@ -252,3 +252,17 @@ def test_each_arm_is_compared_with_its_untrained_start(smoke_params):
     table = "\n".join(gains_section({"backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
     assert "| main | cut | central_only | base | 0 | 75.00 [" in table and "| **above** |" in table
     assert "| main | cut | joint | base | 0 | 0.00 [0.00, 0.00], p=1.000 | no |" in table
+
+
+def test_the_report_shows_each_runs_reward_rise_idle_steps_and_dev_f1():
+    from centralrl.report import rise_section
+
+    rewards, informative = (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7), (1, 2, 0, 1, 2, 2, 0, 1)
+    rows = [
+        {"step": i + 1, "reward_mean": r, "informative_groups": g, "spent.flops": float(i + 1)}
+        for i, (r, g) in enumerate(zip(rewards, informative))
+    ]
+    rows[0]["dev.f1@start"], rows[3]["dev.f1"], rows[7]["dev.f1"] = 0.25, 0.3, 0.5
+    table = "\n".join(rise_section({"main": {"joint": {0: rows}}}))
+    # quarters of 2 steps: (0.1 + 0.3) / 2 and (0.5 + 0.7) / 2; steps 3 and 7 had no informative group
+    assert "| main | joint | 0 | 8 | 0.200 | 0.600 | +0.400 | 2 | 0.25 -> 0.50 |" in table

@@ -4,6 +4,9 @@ curves and health monitors among them), as markdown (`report.md`) with an HTML c
 Everything comes from `compare.comparison` and the training histories, so the same records give the same bytes;
 wall-clock, CPU time and peak memory live in MLflow (machine-dependent numbers would break that).
 
+Each run's training reward (first and last quarter of its steps) and dev F1 sit beside the trained-minus-start
+table, so whether anything was learned is read off the report, not the plots alone.
+
 The verdict says in words when it cannot be read as evidence: an inconclusive verdict says whether the
 experiment could have detected the published difference at all, and an arm whose trained sub-agents changed no
 greedy output is named as comparing the central agent against itself.
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from centralrl.compare import PUBLISHED, VERDICT_METRICS
 from centralrl.plots import (
+    dev_points,
     markdown_to_html,
     plot_differences,
     plot_dev_curves,
@@ -203,6 +207,46 @@ def gains_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def reward_rise(rows: list[Mapping[str, float]]) -> tuple[float, float]:
+    """Mean training reward over the first and over the last quarter of a run's steps (at least one step each).
+
+    >>> reward_rise([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)])
+    (0.2, 0.6)
+    """
+    rewards = [row["reward_mean"] for row in rows]
+    quarter = max(1, len(rewards) // 4)
+    return sum(rewards[:quarter]) / quarter, sum(rewards[-quarter:]) / quarter
+
+
+def rise_section(histories: Mapping) -> list[str]:
+    """Per run: its reward in the first and last quarter of steps, the steps with no informative group (every
+    group's rewards equal: nothing to learn from), and dev F1 at the start and at its last score."""
+    lines = [
+        "## Did the training reward rise?",
+        "",
+        "Mean reward of the sampled training episodes (0-1) over the first and the last quarter of each run's steps; "
+        "a step's reward depends on which questions it drew, so a rise of a few hundredths is noise. Steps with no "
+        "informative group had equal rewards in every group: GRPO learns nothing from them. Dev F1: the held-out "
+        "training questions, greedy, at the start and at the last dev score.",
+        "",
+        "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | steps with no "
+        "informative group | dev F1 start -> end |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backbone, runs in histories.items():
+        for arm, seeds in runs.items():
+            for seed, rows in seeds.items():
+                first, last = reward_rise(rows)
+                idle = sum(1 for row in rows if not row.get("informative_groups"))
+                dev = dev_points(rows)
+                dev_text = f"{dev[0][2]:.2f} -> {dev[-1][2]:.2f}" if dev else "-"
+                lines.append(
+                    f"| {backbone} | {arm} | {seed} | {len(rows)} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
+                    f"| {idle} | {dev_text} |"
+                )
+    return lines + [""]
+
+
 def _percent(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
@@ -352,7 +396,8 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
 def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -> Path:
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
-    lines += verdict_section(result) + gains_section(result) + spending_section(result) + movement_section(result)
+    lines += verdict_section(result) + gains_section(result) + rise_section(histories) + spending_section(result)
+    lines += movement_section(result)
     lines += ["## Per benchmark (mean [95% CI], in %)", ""]
     if result.get("closed_book"):
         lines += [
