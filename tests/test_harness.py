@@ -188,3 +188,15 @@ def test_adapters_save_and_load_by_role(tiny_backbone, tmp_path):
     after = RolePolicy(reloaded, tokenizer, adapters).generate("central", prompts, 8, greedy=True)
     assert before[0].completion_ids == after[0].completion_ids
     assert before[0].logprobs == pytest.approx(after[0].logprobs, abs=1e-5)
+
+
+def test_wrapping_a_backbone_in_adapters_prints_no_deprecation_warning(tiny_backbone, tmp_path):
+    # peft reads transformers' deprecated `is_gradient_checkpointing`: a FutureWarning in every stage's output
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = attach_adapters(load_backbone(tiny_backbone)[0], {"central": "central"}, LoraConfig(r=4, alpha=8))
+        save_adapters(model, tmp_path)
+        load_adapters(load_backbone(tiny_backbone)[0], tmp_path)
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

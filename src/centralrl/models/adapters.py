@@ -3,11 +3,15 @@
 Which roles have an adapter is data: `trainable_roles` (an arm's entry in params). A role without an adapter
 is frozen and runs with adapters disabled, so it is exactly the starting checkpoint. With `sharing: shared`
 every trainable role uses one adapter named "shared" (as MMOA-RAG/JADE share parameters across agents).
+
+peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model, which printed a
+FutureWarning in every stage; `_wrapping` silences that one warning, and only while peft wraps.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,12 +58,21 @@ def _peft_config(cfg: LoraConfig) -> PeftLoraConfig:
     )
 
 
+@contextmanager
+def _wrapping() -> Iterator[None]:
+    """peft wrapping a model, without transformers' FutureWarning about the alias peft reads."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def attach_adapters(model: PreTrainedModel, adapters: dict[str, str | None], cfg: LoraConfig) -> PreTrainedModel:
     """Wrap `model` with one fresh LoRA adapter per distinct adapter name (none at all if every role is frozen)."""
     names = sorted({name for name in adapters.values() if name})
     if not names:
         return model
-    peft_model = get_peft_model(model, _peft_config(cfg), adapter_name=names[0])
+    with _wrapping():
+        peft_model = get_peft_model(model, _peft_config(cfg), adapter_name=names[0])
     for name in names[1:]:
         peft_model.add_adapter(name, _peft_config(cfg))
     return peft_model
@@ -110,9 +123,10 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool
     folders = sorted(p for p in Path(directory).iterdir() if (p / "adapter_config.json").is_file())
     if not folders:
         return model
-    peft_model = PeftModel.from_pretrained(
-        model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable
-    )
+    with _wrapping():
+        peft_model = PeftModel.from_pretrained(
+            model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable
+        )
     for folder in folders[1:]:
         peft_model.load_adapter(str(folder), adapter_name=folder.name, is_trainable=trainable)
     return peft_model
