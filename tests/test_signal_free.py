@@ -125,3 +125,41 @@ def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone,
     with pytest.raises(TrainingDiverged, match=r"diverged at step 3: mean reward 0 in the last 2 steps"):
         run_steps(trainer.cfg, trainer, Progress([]), state, "key", collapsing, NullTracker())
     assert sorted(p.name for p in state.glob("step-*"))[-1] == "step-000002"
+
+
+def test_extra_draws_add_new_questions_only_while_too_few_groups_differ(tiny_backbone, tmp_path):
+    """DAPO's dynamic sampling on real rollouts and rewards: each added draw was needed, the last one stopped it
+    (enough groups differ) or the cap did, and no question comes twice in a step. Half of the questions cannot
+    be answered (their groups never differ), so steps need different numbers of draws."""
+    from centralrl.rl.grpo import groups_with_signal
+
+    questions, size, extra = 2, 4, 3
+    trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"extra_draws": extra})
+    trainer.questions = [_unanswerable(q) if i % 2 else q for i, q in enumerate(trainer.questions)]
+    seen = set()
+    for _ in range(3):
+        episodes = trainer.rollout()
+        signal = groups_with_signal(trainer.rewards(episodes))
+        draws = len(episodes) // (questions * size)
+        seen.add(draws)
+        assert all(signal[: d * questions].sum() < questions for d in range(1, draws))
+        assert draws == 1 + extra or signal.sum() >= questions
+        ids = [e.question.id for e in episodes[::size]]
+        assert len(ids) == draws * questions == len(set(ids))
+        metrics = trainer.learn(episodes, trainer.rewards(episodes))
+        assert metrics["episodes"] == len(episodes) and metrics["informative_groups"] == float(signal.sum())
+    assert len(seen) > 1  # both kinds of step happened: one draw was enough, and more were needed
+
+
+def _unanswerable(question):
+    import dataclasses
+
+    return dataclasses.replace(question, golden_answers=("unanswerable zebra quartet",))
+
+
+def test_extra_draws_stop_at_the_cap_when_no_group_ever_differs(tiny_backbone, tmp_path):
+    trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"extra_draws": 2})
+    trainer.questions = [_unanswerable(q) for q in trainer.questions]
+    episodes = trainer.rollout()
+    assert len(episodes) == 3 * 2 * 4 and not trainer.rewards(episodes).any()
+    assert trainer.learn(episodes, trainer.rewards(episodes))["skipped"] == 1.0

@@ -506,6 +506,13 @@ class GrpoConfig(Section):
     )
     questions_per_step: int = Field(2, ge=1)
     group_size: int = Field(8, ge=2, description="G: sampled episodes per question")
+    extra_draws: int = Field(
+        0,
+        ge=0,
+        description="dynamic sampling (DAPO): while fewer than questions_per_step groups of the step have reward "
+        "variance, roll out questions_per_step new questions more, at most this many times; every draw's rollout "
+        "counts in the step's spending; 0: never",
+    )
     learning_rate: float = Field(3e-4, gt=0)
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: int = Field(0, ge=0)

@@ -227,22 +227,44 @@ class Trainer:
             self.optimizer, lr_multiplier(g.lr_schedule, g.warmup_steps, g.steps)
         )
 
-    def settings(self) -> RunSettings:
+    def settings(self, draw: int = 0) -> RunSettings:
         # each process samples with its own stream; one process keeps the seeds it always had
-        where = ("rank", self.world.rank) if self.world.size > 1 else ()
+        where = (("rank", self.world.rank) if self.world.size > 1 else ()) + (("draw", draw) if draw else ())
         return run_settings(self.cfg, greedy=False, seed=derive_seed(self.seed, "rollout", self.step, *where))
 
-    def batch(self) -> list[Question]:
-        """This process's share of the step's questions (the same draw in every process), each G times."""
+    def draws(self) -> list[list[Question]]:
+        """The step's question draws (the same in every process): questions_per_step questions, then as many
+        for each of `extra_draws`, no question twice in a step. The first draw is the one a run without extra
+        draws takes."""
         g = self.cfg.train.grpo
-        chosen = random.Random(derive_seed(self.seed, "questions", self.step)).sample(
+        first = random.Random(derive_seed(self.seed, "questions", self.step)).sample(
             self.questions, g.questions_per_step
         )
-        return [q for q in self.world.shard(chosen) for _ in range(g.group_size)]
+        rest = [q for q in self.questions if q not in first]
+        rest = random.Random(derive_seed(self.seed, "questions", self.step, "extra")).sample(
+            rest, min(len(rest), g.extra_draws * g.questions_per_step)
+        )
+        size = g.questions_per_step
+        return [first] + [rest[i : i + size] for i in range(0, len(rest), size)]
 
     def rollout(self) -> list[Episode]:
+        """The step's episodes, group by group (G per question, this process's share). With `extra_draws`, the
+        next draw is rolled out and appended while fewer than questions_per_step groups over every process have
+        reward variance (DAPO's dynamic sampling; DAPO keeps drawing until the batch is full, here the number of
+        draws is capped so a step's cost is bounded)."""
+        g = self.cfg.train.grpo
         self.policy.model.eval()
-        return TOPOLOGIES[self.topology](self.batch(), self.policy, self.retriever, self.settings())
+        episodes: list[Episode] = []
+        for draw, questions in enumerate(self.draws()):
+            if draw and self.informative_groups(episodes) >= g.questions_per_step:
+                break
+            batch = [q for q in self.world.shard(questions) for _ in range(g.group_size)]
+            episodes += TOPOLOGIES[self.topology](batch, self.policy, self.retriever, self.settings(draw))
+        return episodes
+
+    def informative_groups(self, episodes: Sequence[Episode]) -> float:
+        """Groups with reward variance among `episodes`, summed over every process."""
+        return self.world.total([float(groups_with_signal(self.rewards(episodes)).sum())])[0]
 
     def rewards(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """Rewards as [questions, G], the layout `group_advantages` normalises over."""
