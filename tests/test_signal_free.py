@@ -163,3 +163,30 @@ def test_extra_draws_stop_at_the_cap_when_no_group_ever_differs(tiny_backbone, t
     episodes = trainer.rollout()
     assert len(episodes) == 3 * 2 * 4 and not trainer.rewards(episodes).any()
     assert trainer.learn(episodes, trainer.rewards(episodes))["skipped"] == 1.0
+
+
+def test_a_steps_keys_do_not_depend_on_the_hash_seed(tiny_backbone, tmp_path):
+    """The history's bytes: a skipped step lists every adapter's trained tokens in one order. A set of adapter names
+    iterates in an order set by PYTHONHASHSEED (1 gives retrieval, central, conclusion), so run it under that seed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[3]); from test_signal_free import _trainer; "
+        "from pathlib import Path; t = _trainer(Path(sys.argv[1]), Path(sys.argv[2]), "
+        "['central', 'retrieval', 'conclusion']); "
+        "print([k for k in t.learn(t.rollout(), torch.zeros(2, 4)) if k.startswith('trained_tokens.')])"
+    )
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONHASHSEED": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_backbone), str(tmp_path), tests],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    keys = ["trained_tokens.central", "trained_tokens.conclusion", "trained_tokens.retrieval"]
+    assert out.stdout.strip().splitlines()[-1] == str(keys)

@@ -289,7 +289,8 @@ class Trainer:
             local, grad_norm = self._optimize(samples, denominator)
         self.step += 1
         metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
-        untrained = {f"trained_tokens.{a}": 0.0 for a in set(self.policy.adapters.values()) if a is not None}
+        # sorted: a set of adapter names iterates in an order that changes with PYTHONHASHSEED (the history bytes)
+        untrained = {f"trained_tokens.{a}": 0.0 for a in sorted({a for a in self.policy.adapters.values() if a})}
         return (
             untrained
             | metrics
