@@ -165,11 +165,14 @@ def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
         "seeds": dict(movement),
         "trained": list(trained),
         "sub_agents": subs,
-        "unmoved_seeds": [s for s, roles in movement.items() if subs and not any(roles[r]["changed"] for r in subs)],
-        "still_seeds": [
-            s for s, roles in movement.items() if trained and not any(roles[r]["changed"] for r in trained)
-        ],
+        "unmoved_seeds": _seeds_unchanged(movement, subs),
+        "still_seeds": _seeds_unchanged(movement, trained),
     }
+
+
+def _seeds_unchanged(movement: Mapping[int, dict], roles: Sequence[str]) -> list[int]:
+    """The seeds in which none of `roles` (if any) changed a single greedy output."""
+    return [s for s, moved in movement.items() if roles and not any(moved[r]["changed"] for r in roles)]
 
 
 def untrained_start(cfg: Config, arm: str) -> str | None:
