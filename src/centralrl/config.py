@@ -504,8 +504,8 @@ class GrpoConfig(Section):
         "had reward variance (then skipped); the horizon of the lr schedule; a run stops earlier once every "
         "budget is reached",
     )
-    questions_per_step: int = Field(2, ge=1)
-    group_size: int = Field(8, ge=2, description="G: sampled episodes per question")
+    questions_per_step: int = Field(4, ge=1)
+    group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
     extra_draws: int = Field(
         0,
         ge=0,
@@ -596,7 +596,7 @@ class WarmstartConfig(Section):
     """Supervised cold start on oracle traces (from decompositions); merged into the shared starting checkpoint."""
 
     enabled: bool = Field(True, description="false: the starting checkpoint is the backbone itself")
-    questions: int = Field(24, ge=1, description="training questions with a decomposition to build traces from")
+    questions: int = Field(96, ge=1, description="training questions with a decomposition to build traces from")
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
     micro_batch_size: int = Field(4, ge=1, description="traces per optimizer step")
