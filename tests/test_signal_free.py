@@ -190,3 +190,33 @@ def test_a_steps_keys_do_not_depend_on_the_hash_seed(tiny_backbone, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     keys = ["trained_tokens.central", "trained_tokens.conclusion", "trained_tokens.retrieval"]
     assert out.stdout.strip().splitlines()[-1] == str(keys)
+
+
+@pytest.mark.parametrize("per_step", [2, 3])
+def test_stratified_steps_hold_each_benchmarks_share_and_uniform_ones_need_not(tiny_backbone, tmp_path, per_step):
+    """A pool of 12 questions of one type and 4 of another: every stratified draw (extra draws too) holds each
+    type as evenly as the draw size allows, the odd question goes to either type, and no question comes twice in a
+    step; uniform draws often miss the rarer type (the step-to-step swing stratifying removes)."""
+    import dataclasses
+
+    def mixes(sampling: str) -> list[list[tuple[int, int]]]:
+        grpo = {"questions_per_step": per_step, "extra_draws": 1, "question_sampling": sampling}
+        trainer = _trainer(tiny_backbone, tmp_path, ["central"], grpo)
+        trainer.questions = [
+            dataclasses.replace(q, benchmark="hard" if i % 4 == 3 else "easy") for i, q in enumerate(trainer.questions)
+        ]
+        steps = []
+        for trainer.step in range(20):
+            draws = trainer.draws()
+            assert len(draws) == 2 and all(len(d) == per_step for d in draws)
+            assert len({q.id for d in draws for q in d}) == 2 * per_step
+            steps.append(
+                [(sum(q.benchmark == "easy" for q in d), sum(q.benchmark == "hard" for q in d)) for d in draws]
+            )
+        return steps
+
+    even = {(per_step // 2, per_step - per_step // 2), (per_step - per_step // 2, per_step // 2)}
+    stratified = mixes("stratified")
+    assert all(set(step) <= even for step in stratified)
+    assert {step[0] for step in stratified} == even  # the odd question goes to either type (per_step 3)
+    assert any(not set(step) <= even for step in mixes("uniform"))

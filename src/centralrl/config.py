@@ -21,7 +21,7 @@ from centralrl.data.formats import CORPUS_KINDS
 from centralrl.data.formats import QUESTION_KINDS as FILE_QUESTION_KINDS
 from centralrl.errors import ConfigError
 from centralrl.models.backbone import DTYPES, SOURCES
-from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES
+from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES, QUESTION_SAMPLINGS
 from centralrl.redact import has_credentials, redact
 
 DEFAULT_PROFILE = "default"
@@ -506,6 +506,11 @@ class GrpoConfig(Section):
     )
     questions_per_step: int = Field(4, ge=1)
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
+    question_sampling: Literal[QUESTION_SAMPLINGS] = Field(  # type: ignore[valid-type]
+        "stratified",
+        description="how a step draws its questions: stratified = as evenly as possible from every benchmark "
+        "(question type), so that steps' rewards are comparable; uniform = at random from the whole pool",
+    )
     extra_draws: int = Field(
         0,
         ge=0,

@@ -13,6 +13,7 @@ Passage ids of real data are content hashes (`passage_id`), so the same paragrap
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,12 @@ class Question:
 def read_questions(path: str | Path) -> list[Question]:
     """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order."""
     return [Question.from_json(row, where) for where, row in read_jsonl(path)]
+
+
+def interleave(questions: Iterable[Question]) -> list[Question]:
+    """Round-robin over benchmarks (in order of first appearance), file order within each benchmark."""
+    groups: dict[str, list[Question]] = {}
+    for question in questions:
+        groups.setdefault(question.benchmark, []).append(question)
+    lists = list(groups.values())
+    return [group[i] for i in range(max(map(len, lists), default=0)) for group in lists if i < len(group)]

@@ -1,12 +1,13 @@
 """GRPO over the harness: roll out G episodes per question, reward the final answer, update trainable roles.
 
-One step: sample `questions_per_step` training questions (seeded by step), run G sampled episodes each with
-the current adapters, reward each episode (`rewards.outcome_reward`), compute group-normalised advantages,
-and turn every call of a trainable role into a training sequence: its prompt ids (masked) and its completion
-ids (trained), all carrying the episode's advantage. Frozen roles' calls, prompts and retrieved passages never
-enter the loss. The loss per token is the clipped ratio objective plus beta * KL(k3) to the starting policy,
-whose log-probs come from the same model with adapters disabled (no second copy in memory); tokens are
-normalised over the whole batch (or per sequence), gradients clipped, AdamW with a LambdaLR schedule.
+One step: sample `questions_per_step` training questions (seeded by step; by default stratified over the
+benchmarks, `question_sampling`), run G sampled episodes each with the current adapters, reward each episode
+(`rewards.outcome_reward`), compute group-normalised advantages, and turn every call of a trainable role into a
+training sequence: its prompt ids (masked) and its completion ids (trained), all carrying the episode's advantage.
+Frozen roles' calls, prompts and retrieved passages never enter the loss. The loss per token is the clipped ratio
+objective plus beta * KL(k3) to the starting policy, whose log-probs come from the same model with adapters
+disabled (no second copy in memory); tokens are normalised over the whole batch (or per sequence), gradients
+clipped, AdamW with a LambdaLR schedule.
 
 Only informative groups (rewards not all equal) enter the update, as DAPO's dynamic sampling filters them
 (without its resampling): a group of equal rewards has zero advantage everywhere and would only add KL and
@@ -65,7 +66,7 @@ from centralrl.rl.grpo import (
     micro_batches,
 )
 from centralrl.rl.rewards import outcome_reward
-from centralrl.schema import Question
+from centralrl.schema import Question, interleave
 from centralrl.seeding import derive_seed
 
 
@@ -235,17 +236,28 @@ class Trainer:
     def draws(self) -> list[list[Question]]:
         """The step's question draws (the same in every process): questions_per_step questions, then as many
         for each of `extra_draws`, no question twice in a step. The first draw is the one a run without extra
-        draws takes."""
+        draws takes. `stratified`: the pool shuffled, then dealt round-robin over its benchmarks (in shuffled
+        order, so which benchmark gets the odd question varies), so every draw holds each benchmark's share."""
         g = self.cfg.train.grpo
-        first = random.Random(derive_seed(self.seed, "questions", self.step)).sample(
-            self.questions, g.questions_per_step
-        )
+        rng = random.Random(derive_seed(self.seed, "questions", self.step))
+        if g.question_sampling == "stratified":
+            wanted = (1 + g.extra_draws) * g.questions_per_step
+            drawn = interleave(rng.sample(self.questions, len(self.questions)))[:wanted]
+        else:
+            drawn = self._uniform(rng)
+        size = g.questions_per_step
+        return [drawn[i : i + size] for i in range(0, len(drawn), size)]
+
+    def _uniform(self, rng: random.Random) -> list[Question]:
+        """At random from the pool, the extra draws from a stream of their own: as every run drew before
+        `question_sampling` existed, so that those runs reproduce."""
+        g = self.cfg.train.grpo
+        first = rng.sample(self.questions, g.questions_per_step)
         rest = [q for q in self.questions if q not in first]
         rest = random.Random(derive_seed(self.seed, "questions", self.step, "extra")).sample(
             rest, min(len(rest), g.extra_draws * g.questions_per_step)
         )
-        size = g.questions_per_step
-        return [first] + [rest[i : i + size] for i in range(0, len(rest), size)]
+        return first + rest
 
     def rollout(self) -> list[Episode]:
         """The step's episodes, group by group (G per question, this process's share). With `extra_draws`, the

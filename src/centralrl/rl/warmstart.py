@@ -44,7 +44,7 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +66,7 @@ from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
 from centralrl.rl.dev import split_dev
 from centralrl.rl.grpo import head_logprobs, micro_batches
-from centralrl.schema import Question, SubQuestion, read_questions
+from centralrl.schema import Question, SubQuestion, interleave, read_questions
 
 IGNORE = -100  # label of a position that is not trained (prompt tokens, padding)
 MAX_NOTE_CHARS = 300  # a quoted sentence longer than this is replaced by a short templated note
@@ -211,15 +211,6 @@ def parse_trace(trace: Trace, tokenizer: PreTrainedTokenizerBase) -> tuple[str, 
     parse, kind = {"retrieval": (parse_note, "note"), "conclusion": (parse_answer, "answer")}[trace.role]
     content, valid = parse(text)
     return (kind, content) if valid else ("invalid", "")
-
-
-def interleave(questions: Iterable[Question]) -> list[Question]:
-    """Round-robin over benchmarks (in order of first appearance), file order within each benchmark."""
-    groups: dict[str, list[Question]] = {}
-    for question in questions:
-        groups.setdefault(question.benchmark, []).append(question)
-    lists = list(groups.values())
-    return [group[i] for i in range(max(map(len, lists), default=0)) for group in lists if i < len(group)]
 
 
 # ---------------------------------------------------------------------------------------------- training
