@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
+from centralrl import hardware
 from centralrl.errors import ConfigError
 from centralrl.hardware import cgroup_cpu_limit, compute_dtype, set_threads
 
@@ -32,9 +35,15 @@ def test_auto_threads_follow_omp_num_threads_and_a_number_is_taken_as_given(monk
         torch.set_num_threads(before)
 
 
-def test_precisions_resolve_and_float32_stays_float32():
+def test_precisions_resolve_and_auto_is_bf16_only_where_the_cpu_flags_say_so(tmp_path, monkeypatch):
     cpu = torch.device("cpu")
     assert compute_dtype("float32", cpu) == torch.float32 and compute_dtype("bfloat16", cpu) == torch.bfloat16
-    assert compute_dtype("auto", cpu) in (torch.float32, torch.bfloat16)
+    read_flags = hardware.cpu_has_bf16
+    for flags, expected in [("fpu avx2 avx512f", torch.float32), ("fpu avx512f avx512_bf16", torch.bfloat16)]:
+        cpuinfo = tmp_path / f"cpuinfo-{expected}"
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(hardware, "cpu_has_bf16", functools.partial(read_flags, cpuinfo))
+        assert compute_dtype("auto", cpu) == expected
+        assert hardware.hardware_tags()["cpu_bf16"] == ("yes" if expected == torch.bfloat16 else "no")
     with pytest.raises(ValueError, match="half"):
         compute_dtype("half", cpu)

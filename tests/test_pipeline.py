@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from centralrl.errors import DataError
@@ -191,6 +192,8 @@ def _assert_one_parent_run(store: Path) -> None:
     }
     assert ("evaluate", "joint", "1", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
     assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)
+    assert {r.data.tags["cpu_bf16"] for r in children} <= {"yes", "no"}
+    assert all(r.data.tags["cpu_capability"] and r.data.tags["torch"] == torch.__version__ for r in children)
 
 
 def test_prepare_data_stops_first_naming_what_the_profile_needs(tmp_path, monkeypatch):

@@ -4,6 +4,10 @@
 is bfloat16 where the hardware has bf16 arithmetic (a CUDA device that supports it; a CPU whose flags include
 `avx512_bf16` or `amx_bf16`) and float32 elsewhere, so a laptop without it is not slowed by emulated bf16.
 
+`hardware_tags()` names what a run's numbers depend on (torch's CPU kernel level, bf16 arithmetic, the GPU, the
+torch version and thread count): every MLflow run carries them, because `auto` precision and the CPU's kernels
+change sampled tokens, so two machines running the same params write different results.
+
 `available_cpus()` counts the CPUs this process may really run on: its affinity mask, capped by a cgroup v2 CPU
 quota (`cpu.max`) when one is set, so a container limited to 2 CPUs on a 64-core host gets 2 threads, not 64.
 `set_threads(requested)` applies `threads` from params: `auto` is `OMP_NUM_THREADS` when the environment sets
@@ -26,10 +30,10 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 @functools.cache
-def cpu_has_bf16() -> bool:
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU advertises native bf16 arithmetic (AVX-512 BF16 or AMX), read from /proc/cpuinfo."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        flags = cpuinfo.read_text()
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
@@ -48,6 +52,18 @@ def compute_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if fast_bf16(device) else torch.float32
     return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def hardware_tags() -> dict[str, str]:
+    """What results depend on beyond params and inputs, as MLflow tags (see the module docstring)."""
+    cuda = torch.cuda.is_available()
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": "yes" if cpu_has_bf16() else "no",
+        "gpu": torch.cuda.get_device_name() if cuda else "none",
+        "torch": torch.__version__,
+        "torch_threads": str(torch.get_num_threads()),
+    }
 
 
 def cgroup_cpu_limit(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:

@@ -4,7 +4,8 @@ that do not look at tracking (those that do use a temporary sqlite store).
 Every cell of the matrix (a train or evaluate stage of one arm, seed, backbone) is its own MLflow run, a child
 of one parent run per experiment. Stages run in separate processes, so the parent is found by a tag (the hash
 of the resolved params: same params, same parent) and created by the first stage that needs it. Children carry
-the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash.
+the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash, and
+the hardware the numbers depend on (`hardware.hardware_tags`).
 Every param, tag and text goes through `centralrl.redact` first, so a URL's credentials never reach the store;
 the tracking URI itself is handed to MLflow as it is (it needs the credentials to log in).
 """
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from centralrl.hardware import hardware_tags
 from centralrl.redact import redact
 
 if TYPE_CHECKING:
@@ -61,13 +63,15 @@ def _git_commit() -> str:
 
 
 def cell_tags(cfg: Config, **cell: Any) -> dict[str, str]:
-    """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, dvc.lock hash."""
+    """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, dvc.lock hash,
+    hardware."""
     lock = Path("dvc.lock")
     return {
         **{k: str(v) for k, v in cell.items()},
         "profile": cfg.profile,
         "git_commit": _git_commit(),
         "dvc_lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else "none",
+        **hardware_tags(),
     }
 
 
