@@ -215,6 +215,23 @@ def _engine_line(cfg: Config) -> str:
     return "transformers (model.generate)"
 
 
+def _precision_line(cfg: Config) -> str:
+    """The precision params and what `auto` means on this machine: it decides which tokens rollouts sample."""
+    import torch  # only here: the rest of the plan needs no torch
+
+    from centralrl.hardware import compute_dtype, hardware_tags
+
+    tags = hardware_tags()
+    cuda = cfg.harness.device != "cpu" and torch.cuda.is_available()
+    auto = str(compute_dtype("auto", torch.device("cuda" if cuda else "cpu"))).removeprefix("torch.")
+    where = f"GPU {tags['gpu']}" if cuda else f"{tags['cpu_capability']} CPU, bf16 arithmetic {tags['cpu_bf16']}"
+    return (
+        f"precision: warm start {cfg.warmstart.precision}, rollouts {cfg.harness.precision}, update "
+        f"{cfg.train.grpo.precision}, evaluation {cfg.harness.eval_precision}; auto is {auto} here ({where}), "
+        "and results made with another auto precision differ"
+    )
+
+
 def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     """The plan, one line each: what would run, on what, with which settings (nothing is touched)."""
     root = data_root(cfg, base)
@@ -230,6 +247,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
             f"profile: {cfg.profile}",
             f"device: {cfg.harness.device}",
             f"generation engine: {_engine_line(cfg)}",
+            _precision_line(cfg),
             f"training processes: {cfg.train.processes}"
             + (" (the train stage relaunches itself under accelerate launch)" if cfg.train.processes > 1 else ""),
             f"tracking: {cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
