@@ -104,12 +104,15 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
     always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
     state = tmp_path / "state"
     monitor = r"diverged at step \d+: (kl to the starting policy|\w+ is nan)"
+    lines: list[str] = []
     with pytest.raises(TrainingDiverged, match=monitor) as stop:
-        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker())
+        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker(), lines.append)
     print(stop.value)
     diverged = trainer.step
     saved = sorted(state.glob("step-*"))
     assert diverged > 1 and saved[-1].name == f"step-{diverged - 1:06d}"  # the last good state, not the bad one
+    # the console shows every step up to the one that diverged
+    assert [line.split(": reward")[0] for line in lines] == [f"step {k}/6" for k in range(1, diverged + 1)]
 
 
 def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone, tmp_path):

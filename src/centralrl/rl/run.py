@@ -25,6 +25,7 @@ to MLflow and writes states and outputs. The state folder must be one every proc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -171,10 +172,32 @@ def score_dev(trainer: Trainer) -> dict[str, float]:
         return dev_scores(trainer.cfg, trainer.policy, trainer.retriever, trainer.dev, trainer.topology)
 
 
+def step_line(step: int, steps: int, group_size: int, metrics: dict[str, float], seconds: float) -> str:
+    """One step's progress for the console: reward, informative groups, dev F1 when scored, time.
+
+    >>> step_line(3, 8, 4, {"reward_mean": 0.3125, "informative_groups": 2.0, "episodes": 16.0, "dev.f1": 0.31}, 41.6)
+    'step 3/8: reward 0.312, informative groups 2 of 4, dev F1 0.310 (42s)'
+    """
+    dev = f", dev F1 {metrics['dev.f1']:.3f}" if "dev.f1" in metrics else ""
+    groups = metrics["episodes"] / group_size
+    return (
+        f"step {step}/{steps}: reward {metrics['reward_mean']:.3f}, informative groups "
+        f"{metrics['informative_groups']:.0f} of {groups:.0f}{dev} ({seconds:.0f}s)"
+    )
+
+
 def run_steps(
-    cfg: Config, trainer: Trainer, progress: Progress, state: Path, key: str, phases: Phases, tracker: Tracker
+    cfg: Config,
+    trainer: Trainer,
+    progress: Progress,
+    state: Path,
+    key: str,
+    phases: Phases,
+    tracker: Tracker,
+    log: Callable[[str], None] | None = None,
 ) -> None:
-    """Step until every budget is cut or `grpo.steps` is reached; only the main process writes."""
+    """Step until every budget is cut or `grpo.steps` is reached; only the main process writes. `log` gets a
+    line per step."""
     start = score_dev(trainer) if not progress.history else {}  # kept in the first step's row
     if start:
         tracker.log_metrics(start, step=0)
@@ -192,6 +215,9 @@ def run_steps(
         timing = step_timing(trainer, trainer.world.slowest(seconds))
         progress.wall_seconds += timing["step_seconds"]
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
+        if log:
+            g = cfg.train.grpo
+            log(step_line(trainer.step, g.steps, g.group_size, metrics, timing["step_seconds"]))
         _stop_if_diverged(cfg, metrics, [row["reward_mean"] for row in progress.history], trainer.step, state)
         cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
@@ -254,7 +280,11 @@ def train_cell(
                 **cfg.model_dump(include={"arms", "budgets", "train", "lora", "harness"}),
             }
         )
-        run_steps(cfg, trainer, progress, state, key, phases, tracker)
+        label = f"train@{arm}-{seed}-{backbone}"
+        if world.is_main and resumed_from:
+            print(f"{label} resumed from its saved step {resumed_from}", flush=True)
+        log = functools.partial(print, label, flush=True) if world.is_main else None
+        run_steps(cfg, trainer, progress, state, key, phases, tracker, log)
         summary = _summary(arm, seed, backbone, progress)
         tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
         tracker.log_text(json.dumps(progress.cuts, indent=2, sort_keys=True), "budgets.json")
