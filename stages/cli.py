@@ -6,7 +6,8 @@
   unwinding that takes 20 s, ends it at once;
 - every section of the params file is validated first, whether or not the stage reads it;
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
-  (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one;
+  (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one; the params are
+  validated (and torch and Prefect imported) while that server starts, which takes seconds; `--help` starts none;
 - a known failure (a bad param, bad data, a missing file, a server down, a full disk) prints one line naming
   what and where (URL credentials masked), with no traceback, and exits 1; an interrupted stage exits 128 + the signal
   number;
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,8 +61,8 @@ def run_stage(main: Callable[[], object], prefect_server: bool = False) -> NoRet
     watch_grandparent()
     terminate_as_interrupt()
     try:
-        _prepare(sys.argv[1:])
-        with _prefect(prefect_server):
+        argv = sys.argv[1:]
+        with _prefect(prefect_server and not _asks_help(argv), functools.partial(_prepare, argv)):
             main()
     except KeyboardInterrupt as stop:
         code = 128 + stop.signum if isinstance(stop, Terminated) else INTERRUPTED
@@ -74,15 +76,23 @@ def run_stage(main: Callable[[], object], prefect_server: bool = False) -> NoRet
     sys.exit(0)
 
 
+def _known_args(argv: list[str]) -> argparse.Namespace:
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--params", default="params.yaml")
+    probe.add_argument("-h", "--help", action="store_true")
+    return probe.parse_known_args(argv)[0]
+
+
+def _asks_help(argv: list[str]) -> bool:
+    return _known_args(argv).help
+
+
 def _prepare(argv: list[str]) -> None:
     """Validate the whole params file and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
     from centralrl.hardware import set_threads
 
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--params", default="params.yaml")
-    probe.add_argument("-h", "--help", action="store_true")
-    known, _ = probe.parse_known_args(argv)
+    known = _known_args(argv)
     if known.help:
         return
     set_threads(load_config(known.params).threads)
@@ -91,14 +101,19 @@ def _prepare(argv: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _prefect(wanted: bool):
+def _prefect(wanted: bool, prepare: Callable[[], None]):
+    """The stage's Prefect server when `wanted`, with `prepare` run while it starts; else just `prepare`."""
     if not wanted:
+        prepare()
         yield
         return
     from centralrl.services import stage_prefect_server
 
-    with stage_prefect_server():
+    def get_ready() -> None:
+        prepare()
         _quiet_known_errors_in_prefect_logs()
+
+    with stage_prefect_server(meanwhile=get_ready):
         yield
 
 

@@ -306,10 +306,18 @@ def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
 
 
 FAILING_FLOW = """
+import os
 import sys
 sys.path.insert(0, {src!r})
 from centralrl.services import stage_prefect_server
-with stage_prefect_server():
+
+
+def get_ready():  # runs while the server starts, as a stage validates its params and imports torch and Prefect
+    import prefect  # noqa: F401
+    print("URL set before the server answered:", os.environ["PREFECT_API_URL"].startswith("http://127.0.0.1:"))
+
+
+with stage_prefect_server(meanwhile=get_ready):
     from prefect import flow
 
     @flow
@@ -325,11 +333,13 @@ with stage_prefect_server():
 
 def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path):
     """Prefect sends a failed flow's logs in the background; sent after the stage's server stopped, they used to
-    print 'Error logging to API' under the stage's own error message."""
+    print 'Error logging to API' under the stage's own error message. Prefect imported while the server starts
+    (a stage's set-up overlaps it) reports to that server."""
     script = tmp_path / "failing_flow.py"
     script.write_text(FAILING_FLOW.format(src=str(REPO / "src")))
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "the flow failed" in run.stdout, run.stderr
+    assert "URL set before the server answered: True" in run.stdout
     assert "Error logging to API" not in run.stdout + run.stderr

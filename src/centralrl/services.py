@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,7 +138,7 @@ def start_prefect(
 
 
 @contextlib.contextmanager
-def stage_prefect_server(timeout: float = 120.0) -> Iterator[str]:
+def stage_prefect_server(timeout: float = 120.0, meanwhile: Callable[[], None] | None = None) -> Iterator[str]:
     """The Prefect API a stage's flows report to, as long as the stage runs; yields its URL.
 
     `PREFECT_API_URL` already set (a long-lived server such as `make ui`'s): that one, nothing started.
@@ -146,15 +146,21 @@ def stage_prefect_server(timeout: float = 120.0) -> Iterator[str]:
     PREFECT_HOME (so its runs land in the same database), exported as PREFECT_API_URL to this process and its
     children, and stopped when the block ends. Unlike Prefect's ephemeral server it dies with the stage even
     when the stage is SIGKILLed. Enter it before `prefect` is imported: Prefect reads its settings at import.
+    `meanwhile` runs while the server starts, with the URL already exported (so it may import prefect); an error
+    in it stops the server.
     """
     if os.environ.get("PREFECT_API_URL"):
+        if meanwhile:
+            meanwhile()
         yield os.environ["PREFECT_API_URL"]
         return
     log_dir = Path(tempfile.mkdtemp(prefix="centralrl-prefect-"))
     server = start_prefect(free_port(), log_dir=log_dir, api_only=True)
     try:
-        wait_healthy(server, timeout)
         os.environ["PREFECT_API_URL"] = f"{server.url}/api"
+        if meanwhile:
+            meanwhile()
+        wait_healthy(server, timeout)
         yield os.environ["PREFECT_API_URL"]
     finally:
         _send_queued_prefect_logs()
