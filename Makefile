@@ -38,6 +38,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/rollout.py --out benchmarks/results/rollout.json
 	$(BIN)/python benchmarks/rollout.py --old-vs-new --questions data/train.jsonl --steps 6 --out benchmarks/results/rollout_speed.json
 	$(BIN)/python benchmarks/update.py --model models/main/backbone --index index --questions data/train.jsonl --out benchmarks/results/update.json
+	$(BIN)/python benchmarks/stage_startup.py --out benchmarks/results/stage_startup.json
 
 clean-venv:
 	rm -rf $(VENV)
