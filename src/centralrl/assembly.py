@@ -14,7 +14,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from centralrl.config import TOPOLOGY_ROLES, Config
-from centralrl.harness.engine import RolePolicy, open_policy, pick_device
+from centralrl.hardware import pick_device
+from centralrl.harness.engine import RolePolicy, open_policy
 from centralrl.harness.episodes import RunSettings
 from centralrl.models.adapters import adapters_of, attach_adapters, load_adapters, role_adapters
 from centralrl.models.backbone import load_backbone

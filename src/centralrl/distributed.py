@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from centralrl.errors import ConfigError
-from centralrl.harness.engine import pick_device
+from centralrl.hardware import pick_device
 from centralrl.processes import tied_to_this_process
 from centralrl.services import HOST, free_port
 

@@ -1,4 +1,4 @@
-"""What this process may use: fast bf16 arithmetic, and how many CPU threads torch should run.
+"""What this process may use: its device, fast bf16 arithmetic, and how many CPU threads torch should run.
 
 `compute_dtype(name, device)` resolves a precision param (`auto`, `float32`, `bfloat16`) to a torch dtype. `auto`
 is bfloat16 where the hardware has bf16 arithmetic (a CUDA device that supports it; a CPU whose flags include
@@ -43,6 +43,13 @@ def fast_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and cpu_has_bf16()
+
+
+def pick_device(requested: str) -> torch.device:
+    """The torch device of a `device` param: `auto` is cuda when available, else cpu."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
 
 
 def compute_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -217,14 +217,13 @@ def _engine_line(cfg: Config) -> str:
 
 def _precision_line(cfg: Config) -> str:
     """The precision params and what `auto` means on this machine: it decides which tokens rollouts sample."""
-    import torch  # only here: the rest of the plan needs no torch
-
-    from centralrl.hardware import compute_dtype, hardware_tags
+    from centralrl.hardware import compute_dtype, hardware_tags, pick_device  # torch: only for this line
 
     tags = hardware_tags()
-    cuda = cfg.harness.device != "cpu" and torch.cuda.is_available()
-    auto = str(compute_dtype("auto", torch.device("cuda" if cuda else "cpu"))).removeprefix("torch.")
-    where = f"GPU {tags['gpu']}" if cuda else f"{tags['cpu_capability']} CPU, bf16 arithmetic {tags['cpu_bf16']}"
+    device = pick_device(cfg.harness.device)
+    auto = str(compute_dtype("auto", device)).removeprefix("torch.")
+    cpu = f"{tags['cpu_capability']} CPU, bf16 arithmetic {tags['cpu_bf16']}"
+    where = f"GPU {tags['gpu']}" if device.type == "cuda" else cpu
     return (
         f"precision: warm start {cfg.warmstart.precision}, rollouts {cfg.harness.precision}, update "
         f"{cfg.train.grpo.precision}, evaluation {cfg.harness.eval_precision}; auto is {auto} here ({where}), "

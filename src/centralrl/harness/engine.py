@@ -113,12 +113,6 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return max(limit, 0)
 
 
-def pick_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
-
-
 def causal_lm(model: PreTrainedModel) -> PreTrainedModel:
     """The HF causal LM inside a PEFT wrapper (its LoRA layers in place), or the model itself."""
     return model.get_base_model() if isinstance(model, PeftModel) else model
