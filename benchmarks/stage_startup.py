@@ -1,13 +1,17 @@
-"""Stage start-up benchmark: how long a stage with Prefect flows takes before its own work starts, with its
-set-up (params validation, torch and Prefect imports) overlapping its Prefect server's start (today's
-`stages.cli.run_stage`) against the same set-up done after the server answers (before this overlap), side by
-side: each round runs both, in fresh processes, alternating which goes first.
+"""Stage overhead benchmark: what a stage process costs around its own work, side by side in fresh processes
+(each round runs every variant, alternating the order).
+
+- Start: a stage with Prefect flows, its set-up (params validation, torch and Prefect imports) overlapping its
+  Prefect server's start (today's `stages.cli.run_stage`) against the same set-up done after the server answers
+  (before this overlap). A no-op stage: `run_stage(lambda: None, prefect_server=True)` (overlapped), or the server
+  started and waited for, then the same `_prepare` and Prefect import (sequential).
+- End: a stage whose main loads what the train and evaluate stages load (transformers through
+  `centralrl.assembly`, MLflow), ending through `stages.cli.end_process` (today's: atexit handlers, then
+  `os._exit`) against plain `sys.exit` (the interpreter's full teardown).
 
     python benchmarks/stage_startup.py --rounds 3 --out benchmarks/results/stage_startup.json
 
-A no-op stage: `run_stage(lambda: None, prefect_server=True)` (overlapped), or the server started and waited
-for, then the same `_prepare` and Prefect import (sequential). Times are wall seconds of the whole process,
-interpreter start and server stop included.
+Times are wall seconds of the whole process, interpreter start and server stop included.
 """
 
 from __future__ import annotations
@@ -41,6 +45,25 @@ with stage_prefect_server():
 """
 
 
+LOADED = """
+import sys
+sys.argv = ["stage", "--params", {params!r}]
+import stages.cli
+{patch}
+
+def main():
+    import centralrl.assembly, centralrl.tracking, mlflow  # noqa: F401  (what train and evaluate load)
+
+stages.cli.run_stage(main, prefect_server=True)
+"""
+VARIANTS = {
+    "overlapped": OVERLAPPED,
+    "sequential": SEQUENTIAL,
+    "end_process": LOADED.replace("{patch}", ""),
+    "sys_exit": LOADED.replace("{patch}", "stages.cli.end_process = sys.exit"),
+}
+
+
 def seconds(code: str) -> float:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
     env.pop("PREFECT_API_URL", None)  # each stage starts its own server, as under `dvc repro`
@@ -55,12 +78,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stage_startup.json"))
     args = parser.parse_args()
-    variants = {"overlapped": OVERLAPPED, "sequential": SEQUENTIAL}
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for round_ in range(args.rounds):
-        order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
+        order = list(VARIANTS) if round_ % 2 == 0 else list(reversed(VARIANTS))
         for name in order:
-            times[name].append(round(seconds(variants[name].format(params=args.params)), 2))
+            times[name].append(round(seconds(VARIANTS[name].format(params=args.params)), 2))
             print(f"round {round_ + 1}: {name} {times[name][-1]:.2f} s", flush=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     result = {
@@ -68,6 +90,8 @@ def main() -> None:
         "seconds": times,
         "median_seconds": medians,
         "overlap_speedup_median": round(medians["sequential"] / medians["overlapped"], 2),
+        "end_process_speedup_median": round(medians["sys_exit"] / medians["end_process"], 2),
+        "end_process_saved_seconds_median": round(medians["sys_exit"] - medians["end_process"], 2),
     }
     print(json.dumps(result, indent=2))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -14,6 +14,8 @@ from centralrl.models import backbone
 from centralrl.errors import BackboneError
 from centralrl.models.backbone import load_backbone, prepare_backbone
 
+from conftest import REPO
+
 TINY = ModelConfig(source="tiny_qwen2")
 QUESTION = [{"role": "user", "content": "Who directed The Varnel Gate?"}]
 
@@ -193,4 +195,7 @@ def test_smollm2_gguf_backbone(tmp_path):
         out = model.generate(**batch, max_new_tokens=20, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
-    assert prepare_backbone(cfg, tmp_path / "b")["content_sha256"] == metrics["content_sha256"]
+    # the same bytes as the conversion the committed results started from (one conversion is ~40 s here: a
+    # second one in this test only showed one process agreeing with itself)
+    committed = json.loads((REPO / "metrics" / "model" / "main.json").read_text())
+    assert committed["source"] == "smollm2_gguf" and committed["content_sha256"] == metrics["content_sha256"]
