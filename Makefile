@@ -31,7 +31,7 @@ experiment: setup  ## the default experiment, offline: every DVC stage that exis
 test: setup  ## lint and format check (ruff), then the test suite (tiny real runs; a few minutes on 2 cores)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 benchmarks: setup
 	$(BIN)/python benchmarks/retrieval.py --out benchmarks/results/retrieval.json

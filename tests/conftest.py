@@ -23,6 +23,13 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Longest first, so two workers finish together (`make test` keeps this order: --no-loadscope-reorder):
+    the DVC pipeline test (a third of the suite's time), then the other files with slow tests, then the rest."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path.name != "test_pipeline.py", item.path not in slow_files))
+
+
 @pytest.fixture(scope="session")
 def prefect_server():
     """One temporary Prefect server for every test that runs a flow (it takes seconds to start)."""
