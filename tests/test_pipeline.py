@@ -16,7 +16,7 @@ import yaml
 from centralrl.errors import DataError
 from stages import build_index, prepare_data
 
-from conftest import REPO, write_params
+from conftest import REPO, session_prefect_env, write_params
 
 
 def _prepare(params: Path, out: Path) -> dict[str, Path]:
@@ -97,17 +97,12 @@ SECRETS = {
 
 def _run(command: list[str], cwd: Path) -> str:
     """Run `command` with the secrets above in its environment; its stdout and stderr (the log)."""
-    from prefect.settings import PREFECT_API_URL
-
     # every stage's flow reports to the test server instead of starting its own (seconds per stage saved)
     env = (
         os.environ
         | SECRETS
-        | {
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "ELASTIC_USERNAME": "elastic",
-            "PREFECT_API_URL": PREFECT_API_URL.value(),
-        }
+        | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "ELASTIC_USERNAME": "elastic"}
+        | session_prefect_env()
     )
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"

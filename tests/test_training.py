@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from centralrl.config import load_config
 from centralrl.models.backbone import content_sha256
 
-from conftest import REPO, TOY, toy_questions, write_params
+from conftest import REPO, TOY, session_prefect_env, toy_questions, write_params
 
 
 def _stage_args(folder: Path, params: Path, data: dict, arm: str, out: str) -> list[str]:
@@ -200,7 +200,7 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
             "budgets": {"end": {"steps": 4}},
         },
     )
-    env = os.environ | {"PYTHONPATH": str(REPO)}
+    env = os.environ | {"PYTHONPATH": str(REPO)} | session_prefect_env()
     subprocess.run(
         _stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True
     )
