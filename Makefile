@@ -26,8 +26,9 @@ setup: $(STAMP)
 experiment: setup  ## the default experiment, offline: every DVC stage that exists
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
-# Two pytest-xdist workers, whole files each (a file's module fixtures are built once): the DVC pipeline test
-# runs beside the rest, 5m45s instead of 8m23s on 2 cores (each worker one torch thread, tests/conftest.py).
+# Two pytest-xdist workers, whole files each (a file's module fixtures are built once), each one torch thread;
+# longest files first (tests/conftest.py orders them, --no-loadscope-reorder keeps that order), so the DVC pipeline
+# test runs beside the rest from the start.
 test: setup  ## lint and format check (ruff), then the test suite (tiny real runs; a few minutes on 2 cores)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
