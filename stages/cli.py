@@ -159,12 +159,12 @@ def _exit(name: str, message: str, code: int) -> NoReturn:
 
 
 def end_process(code: int) -> NoReturn:
-    """Exit with `code` as `sys.exit` would (non-daemon threads joined, atexit handlers run, stdio flushed),
-    minus the interpreter's teardown of every loaded module, which nothing the stage wrote depends on.
-    `atexit._run_exitfuncs` is CPython's own hook for running the handlers early."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    """Exit with `code` as `sys.exit` would, minus the interpreter's teardown of every loaded module, which
+    nothing the stage wrote depends on. First what the interpreter runs before that teardown, in its order:
+    `threading._shutdown` (joins non-daemon threads and runs the hooks registered with
+    `threading._register_atexit`, among them Prefect's, which send the logs and events its flows queued), then
+    `atexit._run_exitfuncs` (MLflow's, logging's); then stdio is flushed."""
+    threading._shutdown()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

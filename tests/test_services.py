@@ -343,3 +343,44 @@ def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path):
     assert run.returncode == 0 and "the flow failed" in run.stdout, run.stderr
     assert "URL set before the server answered: True" in run.stdout
     assert "Error logging to API" not in run.stdout + run.stderr
+
+
+LOGGING_STAGE = """
+import sys
+sys.argv = ["logging_stage", "--params", {params!r}]
+from stages.cli import run_stage
+
+
+def main():
+    from prefect import flow, get_run_logger
+    from prefect.runtime import flow_run
+
+    @flow
+    def says_goodbye():
+        get_run_logger().warning("goodbye from the stage")  # the tests send WARNING and up
+        print("flow run", flow_run.id, flush=True)
+
+    says_goodbye()
+
+
+run_stage(main, prefect_server=True)
+"""
+
+
+def test_a_stage_that_ends_sends_its_flow_logs_to_a_long_lived_server(prefect_server, tmp_path):
+    """A stage ends with os._exit (`stages.cli.end_process`) after Prefect's exit hooks: the logs its flow queued
+    reach the server named by PREFECT_API_URL (as `make ui`'s), which outlives the stage."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from conftest import session_prefect_env, write_params
+
+    script = tmp_path / "logging_stage.py"
+    script.write_text(LOGGING_STAGE.format(params=str(write_params(tmp_path))))
+    env = os.environ | {"PYTHONPATH": str(REPO)} | session_prefect_env()
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    flow_run_id = run.stdout.split("flow run ")[1].split()[0]
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    assert "goodbye from the stage" in [log.message for log in logs]
