@@ -12,10 +12,11 @@
   what and where (URL credentials masked), with no traceback, and exits 1; an interrupted stage exits 128 + the signal
   number;
   anything else is a bug and keeps its traceback;
-- a stage that returns or fails in a known way ends with `os._exit` once the atexit handlers (Prefect's and
-  MLflow's flushes, logging's shutdown) have run and non-daemon threads have ended (`end_process`): the
-  interpreter's own teardown of the ~6,000 modules that torch, transformers, Prefect and MLflow load took 2.5-6 s
-  of every stage here, after its outputs were written (`benchmarks/stage_startup.py`).
+- a stage that returns or fails in a known way ends with `os._exit` once the interpreter's own exit steps have
+  run (threading's exit hooks, where Prefect sends the logs and events it queued; the atexit handlers, MLflow's
+  and logging's; `end_process`): the teardown of the ~6,000 modules that torch, transformers, Prefect and MLflow
+  load, which it skips, took 2.5-6 s of every stage here, after its outputs were written
+  (`benchmarks/stage_startup.py`).
 """
 
 from __future__ import annotations
