@@ -21,7 +21,8 @@ import yaml
 from centralrl import services
 from centralrl import dvc_runs
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, session_prefect_env, write_params
+
 PARAMS = {
     "profile": "default",
     "seeds": [0, 1],
@@ -372,8 +373,6 @@ def test_a_stage_that_ends_sends_its_flow_logs_to_a_long_lived_server(prefect_se
     reach the server named by PREFECT_API_URL (as `make ui`'s), which outlives the stage."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    from conftest import session_prefect_env, write_params
 
     script = tmp_path / "logging_stage.py"
     script.write_text(LOGGING_STAGE.format(params=str(write_params(tmp_path))))
