@@ -25,9 +25,17 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 def pytest_collection_modifyitems(config, items):
     """Longest first, so two workers finish together (`make test` keeps this order: --no-loadscope-reorder):
-    the DVC pipeline test (a third of the suite's time), then the other files with slow tests, then the rest."""
+    the DVC pipeline file (two thirds of one worker's time), then the other files with slow tests, then the rest;
+    within a file its slow tests first. xdist gives a worker its next file once at most 2 tests of its current
+    one are left: with the pipeline file's quick tests first, the next file waited behind its 6-minute test."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (item.path.name != "test_pipeline.py", item.path not in slow_files))
+    items.sort(
+        key=lambda item: (
+            item.path.name != "test_pipeline.py",
+            item.path not in slow_files,
+            item.get_closest_marker("slow") is None,
+        )
+    )
 
 
 @pytest.fixture(scope="session")
