@@ -246,58 +246,55 @@ def _start(name: str, command: list[str], env: dict[str, str], log_dir: Path) ->
 
 
 @pytest.mark.slow
-def test_deployments_run_on_a_process_worker(tmp_path, tiny_repo):
+def test_deployments_run_on_a_process_worker(prefect_server, tmp_path, tiny_repo):
     """prefect.yaml, deployed as the README says, runs `evaluation` (dry) to COMPLETED on a process worker;
-    `experiment` fails with dvc's last lines when dvc fails."""
+    `experiment` fails with dvc's last lines when dvc fails. On the session's API server (deployments, work
+    pools and workers need no server services)."""
     need("prefect")
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     home, logs = tmp_path / "prefect-home", tmp_path / "logs"
     logs.mkdir()
-    server = services.start_prefect(services.free_port(), home, logs)
-    worker = None
-    env = os.environ | {
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"{server.url}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_WORKER_QUERY_SECONDS": "1",
-    }
+    env = (
+        os.environ
+        | session_prefect_env()
+        | {
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+        }
+    )
+    cli = [services.executable("prefect"), "--no-prompt"]
+    for args in (["work-pool", "create", "centralrl-local", "--type", "process"], ["deploy", "--all"]):
+        done = subprocess.run(cli + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    worker = _start("worker", cli + ["worker", "start", "--pool", "centralrl-local", "--limit", "1"], env, logs)
     try:
-        services.wait_healthy(server, timeout=90)
-        cli = [services.executable("prefect"), "--no-prompt"]
-        for args in (["work-pool", "create", "centralrl-local", "--type", "process"], ["deploy", "--all"]):
-            done = subprocess.run(cli + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stdout + done.stderr
-        worker = _start("worker", cli + ["worker", "start", "--pool", "centralrl-local", "--limit", "1"], env, logs)
-        with temporary_settings({PREFECT_API_URL: f"{server.url}/api"}):
-            run = run_deployment(
-                "evaluation/evaluation",
-                timeout=120,
-                poll_interval=1,
-                parameters={"repo": str(tiny_repo), "arms": ["joint"], "dry_run": True},
-            )
-            assert run.state.is_completed(), f"{run.state}\nworker log:\n{worker.tail(40)}"
-            with get_client(sync_client=True) as client:
-                for _ in range(20):  # the flow run's last logs may land a moment after its final state
-                    logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
-                    messages = [log.message for log in logs]
-                    if any("evaluate_reference" in message for message in messages[1:]):
-                        break
-                    time.sleep(0.5)
-                schedule = client.read_deployment_by_name("experiment/experiment").schedules[0]
-            failed = run_deployment(
-                "experiment/experiment",
-                timeout=120,
-                poll_interval=1,
-                parameters={"repo": str(tiny_repo), "targets": ["no_such_stage"]},
-            ).state
+        run = run_deployment(
+            "evaluation/evaluation",
+            timeout=120,
+            poll_interval=1,
+            parameters={"repo": str(tiny_repo), "arms": ["joint"], "dry_run": True},
+        )
+        assert run.state.is_completed(), f"{run.state}\nworker log:\n{worker.tail(40)}"
+        with get_client(sync_client=True) as client:
+            for _ in range(20):  # the flow run's last logs may land a moment after its final state
+                logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+                messages = [log.message for log in logs]
+                if any("evaluate_reference" in message for message in messages[1:]):
+                    break
+                time.sleep(0.5)
+            schedule = client.read_deployment_by_name("experiment/experiment").schedules[0]
+        failed = run_deployment(
+            "experiment/experiment",
+            timeout=120,
+            poll_interval=1,
+            parameters={"repo": str(tiny_repo), "targets": ["no_such_stage"]},
+        ).state
     finally:
-        for service in (worker, server):
-            if service is not None:
-                services.stop(service)
+        services.stop(worker)
     text = "\n".join(messages)
     assert "dvc repro --single-item --dry evaluate@joint-0-main evaluate@joint-1-main evaluate_reference" in text
     assert "Running stage 'evaluate@joint-0-main'" in text and "Running stage 'train@" not in text
