@@ -1,0 +1,108 @@
+"""Where a harness lost the answer: every wrong episode of an evaluation placed at the last point of the
+central harness's data flow where a golden answer was still present, read from the evaluate stage's
+`records.jsonl` and the corpus its passages came from.
+
+    python -m centralrl.attribution eval/main/base/records.jsonl eval/main/joint/seed0/equal_steps/records.jsonl
+
+An episode is wrong when its prediction contains no golden answer (Acc 0, the cover-EM of `metrics.acc`). Its
+answer was last seen:
+
+- `in_question`: the question itself contains a golden answer (comparison and yes/no questions can), so
+  containment cannot say who lost it;
+- `not_retrieved`: in no passage retrieved for any sub-question (as much of it as a role is shown,
+  `harness.passage_chars`): the central agent's sub-questions, or the retriever, never reached the evidence;
+- `in_passages`: in a retrieved passage, in no note: the retrieval sub-agent left it out (the single-agent
+  reference writes no notes: it read the answer and did not give it);
+- `in_notes`: in a note, not in the prediction: the conclusion sub-agent did not pick it, or the central
+  agent asked past it and the forced conclusion took a later note's entity.
+
+This tells which role a trained arm would have to change: a central-only arm can fix `not_retrieved` (better
+sub-questions) but `in_notes` only indirectly. Containment is a lower bound on what a role had: a note may
+paraphrase the answer. Not from the paper; the evaluation records are unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from centralrl.errors import CentralRLError, DataError
+from centralrl.io import read_jsonl, write_json
+from centralrl.metrics import acc
+
+PLACES = ("in_question", "not_retrieved", "in_passages", "in_notes")
+FIELDS = ("question", "golden_answers", "prediction", "notes", "retrieved")  # what an evaluation record must hold
+
+
+def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record") -> str | None:
+    """The last place a golden answer was seen in this wrong episode (one of `PLACES`); None when it is right.
+    `shown` maps a passage id to the text a role saw of it."""
+    absent = [field for field in FIELDS if field not in record]
+    if absent:
+        raise DataError(f"{where}: not an evaluation record (no {', '.join(absent)})")
+    golden = record["golden_answers"]
+    if acc(record["prediction"], golden):
+        return None
+    if acc(record["question"], golden):
+        return "in_question"
+    if any(acc(note, golden) for note in record["notes"]):
+        return "in_notes"
+    missing = [pid for hits in record["retrieved"] for pid in hits if pid not in shown]
+    if missing:
+        raise DataError(f"{where}: retrieved passage {missing[0]!r} is not in the corpus (another run's corpus?)")
+    if any(acc(shown[pid], golden) for hits in record["retrieved"] for pid in hits):
+        return "in_passages"
+    return "not_retrieved"
+
+
+def attribution_table(rows: Sequence[tuple[str, Mapping]], shown: Mapping[str, str]) -> dict:
+    """{questions, right, <place>: count for each of `PLACES`} over (where, record) rows."""
+    places = Counter(where_lost(record, shown, where) for where, record in rows)
+    return {"questions": len(rows), "right": places[None], **{place: places[place] for place in PLACES}}
+
+
+def shown_passages(corpus: str | Path, passage_chars: int) -> dict[str, str]:
+    """Passage id -> its title and the first `passage_chars` characters of its text (what a role is shown)."""
+    return {row["id"]: f"{row['title']}: {row['text'][:passage_chars]}" for _, row in read_jsonl(corpus)}
+
+
+def markdown(tables: Mapping[str, Mapping[str, int]]) -> str:
+    """One row per records file: right answers, then each place as a count and a share of the wrong ones."""
+    lines = ["| records | questions | right | " + " | ".join(PLACES) + " |", "|---" * (3 + len(PLACES)) + "|"]
+    for name, table in tables.items():
+        wrong = table["questions"] - table["right"]
+        cells = [f"{table[p]} ({table[p] / wrong:.0%})" if wrong else "0" for p in PLACES]
+        lines.append(f"| {name} | {table['questions']} | {table['right']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m centralrl.attribution",
+        description=__doc__.partition("\n\n")[0].replace("\n", " "),
+        epilog="Places (where a wrong episode last had a golden answer): " + ", ".join(PLACES),
+    )
+    parser.add_argument("records", nargs="+", help="records.jsonl files written by the evaluate stage")
+    parser.add_argument("--corpus", default="data/corpus.jsonl", help="the corpus the index was built from")
+    parser.add_argument("--params", default="params.yaml", help="its harness.passage_chars: what a role is shown")
+    parser.add_argument("--out", help="also write the tables here (JSON)")
+    args = parser.parse_args(argv)
+    from centralrl.config import load_config
+
+    try:
+        shown = shown_passages(args.corpus, load_config(args.params).harness.passage_chars)
+        tables = {path: attribution_table(list(read_jsonl(path)), shown) for path in args.records}
+        if args.out:
+            write_json(args.out, tables)
+    except CentralRLError as error:
+        print(f"attribution: error: {error}", file=sys.stderr)
+        return 1
+    print(markdown(tables))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

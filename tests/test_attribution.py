@@ -1,0 +1,99 @@
+"""Where a wrong episode lost its answer (`centralrl.attribution`): by hand, and on records of a real run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from centralrl.attribution import attribution_table, main, where_lost
+from centralrl.errors import DataError
+from centralrl.evaluation import episode_record
+from centralrl.harness.episodes import run_central
+from centralrl.io import write_jsonl
+from centralrl.models.backbone import load_backbone
+
+from test_harness import ScriptedPolicy, settings
+
+SHOWN = {"p1": "Ada Lovelace: Ada was born in London.", "p2": "London: London is a city in England."}
+
+
+def record(question: str, prediction: str, notes: list[str], retrieved: list[list[str]]) -> dict:
+    return {
+        "question": question,
+        "golden_answers": ["London"],
+        "prediction": prediction,
+        "notes": notes,
+        "retrieved": retrieved,
+    }
+
+
+@pytest.mark.parametrize(
+    "episode, place",
+    [
+        (record("Where was Ada born?", "She was born in London", ["Ada was born in London."], [["p1"]]), None),
+        (record("Is London in England?", "no", [], []), "in_question"),
+        (record("Where was Ada born?", "Paris", ["nothing relevant"], [["p2"]]), "in_passages"),
+        (record("Where was Ada born?", "Paris", ["nothing relevant"], [["p1"], []]), "in_passages"),
+        (record("Where was Ada born?", "Paris", ["Ada was born in London."], [["p1"]]), "in_notes"),
+        (record("Where was Ada born?", "Paris", ["nothing"], [[]]), "not_retrieved"),
+        (record("Where was Ada born?", "", [], []), "not_retrieved"),
+    ],
+)
+def test_a_wrong_episode_is_placed_where_the_answer_was_last_seen(episode, place):
+    assert where_lost(episode, SHOWN) == place
+
+
+def test_what_a_role_was_not_shown_of_a_passage_does_not_count():
+    shown = {"p1": "Ada Lovelace: Ada was a mathematician."}  # the birthplace lies past harness.passage_chars
+    assert where_lost(record("Where was Ada born?", "Paris", ["x"], [["p1"]]), shown) == "not_retrieved"
+
+
+def test_the_table_counts_right_answers_and_each_place():
+    rows = [
+        ("r:1", record("Where was Ada born?", "London", [], [])),
+        ("r:2", record("Where was Ada born?", "Paris", ["London, said the note"], [["p1"]])),
+        ("r:3", record("Where was Ada born?", "Paris", ["x"], [["p1"]])),
+    ]
+    assert attribution_table(rows, SHOWN) == {
+        "questions": 3,
+        "right": 1,
+        "in_question": 0,
+        "not_retrieved": 0,
+        "in_passages": 1,
+        "in_notes": 1,
+    }
+
+
+def test_a_passage_missing_from_the_corpus_or_a_row_that_is_no_record_is_named():
+    with pytest.raises(DataError, match=r"r\.jsonl:4: retrieved passage 'p9' is not in the corpus"):
+        where_lost(record("Where was Ada born?", "Paris", ["x"], [["p9"]]), SHOWN, "r.jsonl:4")
+    with pytest.raises(DataError, match=r"r\.jsonl:2: not an evaluation record \(no notes, retrieved\)"):
+        where_lost({"question": "q", "golden_answers": ["a"], "prediction": "b"}, SHOWN, "r.jsonl:2")
+
+
+def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_world, smoke_params, tmp_path, capsys):
+    """Episodes of the real harness and retriever over the smoke world (a scripted model asks each question as its
+    sub-question, notes nothing and answers wrong): every wrong answer is in the passages or was not retrieved."""
+    questions, passages, index = smoke_world
+    tests = [q for q in questions if q.split == "test"][:6]
+    script = {
+        "central": lambda p: "ask</think><subquestion>" + re.search(r"Question: (.*)", p)[1] + "</subquestion>",
+        "retrieval": lambda p: "nothing relevant</note>",
+        "conclusion": lambda p: "Telmarra</answer>",
+    }
+    episodes = run_central(
+        tests, ScriptedPolicy(load_backbone(tiny_backbone)[1], script), index, settings(max_turns=1)
+    )
+    write_jsonl(tmp_path / "records.jsonl", [episode_record(e) for e in episodes])
+    write_jsonl(tmp_path / "corpus.jsonl", [p.to_json() for p in passages])
+    args = [str(tmp_path / "records.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--params", str(smoke_params)]
+    assert main([*args, "--out", str(tmp_path / "table.json")]) == 0
+    table = json.loads((tmp_path / "table.json").read_text())[str(tmp_path / "records.jsonl")]
+    assert table["questions"] == 6 and table["right"] == 0 and table["in_notes"] == table["in_question"] == 0
+    assert table["in_passages"] > 0 and table["in_passages"] + table["not_retrieved"] == 6
+    assert f"| 6 | 0 | 0 (0%) | {table['not_retrieved']} (" in capsys.readouterr().out
+
+    assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
+    assert "missing.jsonl: no such file" in capsys.readouterr().err
