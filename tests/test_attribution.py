@@ -34,6 +34,7 @@ def record(question: str, prediction: str, notes: list[str], retrieved: list[lis
     [
         (record("Where was Ada born?", "She was born in London", ["Ada was born in London."], [["p1"]]), None),
         (record("Is London in England?", "no", [], []), "in_question"),
+        ({**record("Is Ada from London?", "no", ["nothing"], []), "golden_answers": ["Yes"]}, "yes_no"),
         (record("Where was Ada born?", "Paris", ["nothing relevant"], [["p2"]]), "in_passages"),
         (record("Where was Ada born?", "Paris", ["nothing relevant"], [["p1"], []]), "in_passages"),
         (record("Where was Ada born?", "Paris", ["Ada was born in London."], [["p1"]]), "in_notes"),
@@ -59,6 +60,7 @@ def test_the_table_counts_right_answers_and_each_place():
     assert attribution_table(rows, SHOWN) == {
         "questions": 3,
         "right": 1,
+        "yes_no": 0,
         "in_question": 0,
         "not_retrieved": 0,
         "in_passages": 1,
@@ -91,9 +93,13 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     args = [str(tmp_path / "records.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--params", str(smoke_params)]
     assert main([*args, "--out", str(tmp_path / "table.json")]) == 0
     table = json.loads((tmp_path / "table.json").read_text())[str(tmp_path / "records.jsonl")]
-    assert table["questions"] == 6 and table["right"] == 0 and table["in_notes"] == table["in_question"] == 0
+    assert (
+        table["questions"] == 6
+        and table["right"] == 0
+        and table["in_notes"] == table["in_question"] == table["yes_no"] == 0
+    )
     assert table["in_passages"] > 0 and table["in_passages"] + table["not_retrieved"] == 6
-    assert f"| 6 | 0 | 0 (0%) | {table['not_retrieved']} (" in capsys.readouterr().out
+    assert f"| 6 | 0 | 0 (0%) | 0 (0%) | {table['not_retrieved']} (" in capsys.readouterr().out
 
     assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
     assert "missing.jsonl: no such file" in capsys.readouterr().err

@@ -7,8 +7,10 @@ central harness's data flow where a golden answer was still present, read from t
 An episode is wrong when its prediction contains no golden answer (Acc 0, the cover-EM of `metrics.acc`). Its
 answer was last seen:
 
-- `in_question`: the question itself contains a golden answer (comparison and yes/no questions can), so
+- `yes_no`: the answer is yes or no (or noanswer), which any text may contain ("no" is in "nothing"), so
   containment cannot say who lost it;
+- `in_question`: the question itself contains a golden answer (a comparison question names both candidates),
+  so again containment cannot say;
 - `not_retrieved`: in no passage retrieved for any sub-question (as much of it as a role is shown,
   `harness.passage_chars`): the central agent's sub-questions, or the retriever, never reached the evidence;
 - `in_passages`: in a retrieved passage, in no note: the retrieval sub-agent left it out (the single-agent
@@ -31,9 +33,9 @@ from pathlib import Path
 
 from centralrl.errors import CentralRLError, DataError
 from centralrl.io import read_jsonl, write_json
-from centralrl.metrics import acc
+from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
 
-PLACES = ("in_question", "not_retrieved", "in_passages", "in_notes")
+PLACES = ("yes_no", "in_question", "not_retrieved", "in_passages", "in_notes")
 FIELDS = ("question", "golden_answers", "prediction", "notes", "retrieved")  # what an evaluation record must hold
 
 
@@ -46,6 +48,8 @@ def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record")
     golden = record["golden_answers"]
     if acc(record["prediction"], golden):
         return None
+    if any(normalize_answer(answer) in SPECIAL_ANSWERS for answer in golden):
+        return "yes_no"
     if acc(record["question"], golden):
         return "in_question"
     if any(acc(note, golden) for note in record["notes"]):

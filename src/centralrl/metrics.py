@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)
-_SPECIAL = ("yes", "no", "noanswer")
+SPECIAL_ANSWERS = ("yes", "no", "noanswer")  # F1 gives them no partial credit; `attribution` cannot place them
 
 
 def normalize_answer(text: str) -> str:
@@ -67,7 +67,7 @@ def acc(prediction: str, golden_answers: str | Sequence[str]) -> float:
 
 
 def _pair_f1(pred: str, gold: str) -> float:
-    if (pred in _SPECIAL or gold in _SPECIAL) and pred != gold:
+    if (pred in SPECIAL_ANSWERS or gold in SPECIAL_ANSWERS) and pred != gold:
         return 0.0
     common = Counter(pred.split()) & Counter(gold.split())
     same = sum(common.values())
