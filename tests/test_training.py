@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -201,9 +202,10 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
         },
     )
     env = os.environ | {"PYTHONPATH": str(REPO)} | session_prefect_env()
-    subprocess.run(
-        _stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True
+    straight = subprocess.run(
+        _stage_command(folder, params, data, "straight"), check=True, env=env, cwd=REPO, capture_output=True, text=True
     )
+    assert "(process 1 of 1): started at step 0, now at step 4;" in straight.stdout, straight.stdout
 
     interrupted = subprocess.Popen(
         _stage_command(folder, params, data, "killed"),
@@ -226,7 +228,7 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path):
     resumed = subprocess.run(
         _stage_command(folder, params, data, "killed"), check=True, env=env, cwd=REPO, capture_output=True, text=True
     )
-    assert "resumed from step 0," not in resumed.stdout
+    assert re.search(r"\(process 1 of 1\): resumed from step [1-3], now at step 4;", resumed.stdout), resumed.stdout
     assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
     assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
     initial = fresh_adapter_weights(folder, params, "joint")

@@ -292,9 +292,10 @@ def train_cell(
         _write_outputs(progress, state, adapters_dir, budgets_path, history_path)
         write_json(metrics_path, summary)
     cuts = ", ".join(f"{name} at step {cut['step']}" for name, cut in sorted(progress.cuts.items()))
+    began = f"resumed from step {resumed_from}" if resumed_from else "started at step 0"
     print(
-        f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): resumed from step "
-        f"{resumed_from}, now at step {trainer.step}; cuts: {cuts}"
+        f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): {began}, now at step "
+        f"{trainer.step}; cuts: {cuts}"
     )
     return summary
 
