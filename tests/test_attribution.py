@@ -103,3 +103,6 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
 
     assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
     assert "missing.jsonl: no such file" in capsys.readouterr().err
+    (tmp_path / "corpus.jsonl").write_text('{"id": "p1", "text": "no title"}\n')
+    assert main(args) == 1
+    assert "corpus.jsonl:1 (passage p1): missing field 'title'" in capsys.readouterr().err

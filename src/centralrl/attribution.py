@@ -19,8 +19,9 @@ answer was last seen:
   agent asked past it and the forced conclusion took a later note's entity.
 
 This tells which role a trained arm would have to change: a central-only arm can fix `not_retrieved` (better
-sub-questions) but `in_notes` only indirectly. Containment is a lower bound on what a role had: a note may
-paraphrase the answer. Not from the paper; the evaluation records are unchanged.
+sub-questions), but `in_passages` and `in_notes` only through the sub-questions it asks. Containment is a
+lower bound on what a role had: a note may paraphrase the answer. Not from the paper; the evaluation records are
+unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from centralrl.errors import CentralRLError, DataError
 from centralrl.io import read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
+from centralrl.schema import Passage
 
 PLACES = ("yes_no", "in_question", "not_retrieved", "in_passages", "in_notes")
 FIELDS = ("question", "golden_answers", "prediction", "notes", "retrieved")  # what an evaluation record must hold
@@ -70,7 +72,8 @@ def attribution_table(rows: Sequence[tuple[str, Mapping]], shown: Mapping[str, s
 
 def shown_passages(corpus: str | Path, passage_chars: int) -> dict[str, str]:
     """Passage id -> its title and the first `passage_chars` characters of its text (what a role is shown)."""
-    return {row["id"]: f"{row['title']}: {row['text'][:passage_chars]}" for _, row in read_jsonl(corpus)}
+    passages = (Passage.from_json(row, where) for where, row in read_jsonl(corpus))
+    return {p.id: f"{p.title}: {p.text[:passage_chars]}" for p in passages}
 
 
 def markdown(tables: Mapping[str, Mapping[str, int]]) -> str:
