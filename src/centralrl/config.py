@@ -797,6 +797,8 @@ def _format(error: ValidationError, source: str) -> str:
         dotted = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
         if item["type"] == "extra_forbidden":
             message = "unknown param (not in the config schema; check its spelling and section)"
+        elif isinstance(item["input"], dict):  # a rule across a section's fields: its message names them
+            message = item["msg"].removeprefix("Value error, ")
         else:
             message = f"{item['msg'].removeprefix('Value error, ')} (got {redact(repr(item['input']))})"
         lines.append(f"  {dotted or '<top level>'}: {message}")
