@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     from centralrl.rl.run import train_cell
     from flows.training import training_flow
 
-    run = training_flow if World.join(cfg.harness.device, cfg.train.processes).is_main else train_cell
+    main = World.join(cfg.harness.device, cfg.train.processes).is_main
+    run = training_flow if main else train_cell
     summary = run(
         args.params,
         args.arm,
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
         args.metrics,
         entry=__file__,
     )
-    print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")
+    if main:  # every process holds the same summary: one copy on the console
+        print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")
 
 
 if __name__ == "__main__":

@@ -100,9 +100,13 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     done = _accelerate(command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout
+    assert done.stdout.count("train@joint-0-main: {") == 1  # the summary once, from the first process
     history = [json.loads(line) for line in outputs["history"].read_text().splitlines()]
     grpo = TOY["train"]["grpo"]
     # each process rolled out one question's group; the step's metrics count both
     assert [row["episodes"] for row in history] == [grpo["questions_per_step"] * grpo["group_size"]] * 2
     assert json.loads(outputs["budgets"].read_text())["two_steps"]["step"] == 2
     assert (outputs["adapters"] / "two_steps" / "central" / "adapter_model.safetensors").is_file()
+    # each process scores its share of the 3 dev questions (the first 2 of them, the second 1) and both get the
+    # totals: the first process's share alone could score at most 2/3 (this seeded toy run learns all 3)
+    assert history[-1]["dev.f1"] > 2 / 3

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from centralrl.assembly import run_settings
 from centralrl.config import Config, DevConfig
+from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.metrics import em, f1
@@ -33,12 +34,18 @@ def split_dev(questions: Sequence[Question], dev: DevConfig) -> tuple[list[Quest
 
 
 def dev_scores(
-    cfg: Config, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str
+    cfg: Config, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str, world: World
 ) -> dict[str, float]:
-    """Mean F1 and EM of the policy's greedy episodes on the dev questions."""
+    """Mean F1 and EM of the policy's greedy episodes on the dev questions. Each process plays its share
+    (`World.shard`) and the sums are totalled, so several training processes score the split once between them
+    (one process: every question, and the plain mean)."""
     policy.model.eval()
-    episodes = TOPOLOGIES[topology](list(questions), policy, retriever, run_settings(cfg, greedy=True, seed=0))
-    return {
-        "dev.f1": sum(f1(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
-        "dev.em": sum(em(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
-    }
+    share = world.shard(questions)
+    episodes = TOPOLOGIES[topology](share, policy, retriever, run_settings(cfg, greedy=True, seed=0)) if share else []
+    f1_sum, em_sum = world.total(
+        [
+            sum(f1(e.prediction, e.question.golden_answers) for e in episodes),
+            sum(em(e.prediction, e.question.golden_answers) for e in episodes),
+        ]
+    )
+    return {"dev.f1": f1_sum / len(questions), "dev.em": em_sum / len(questions)}

@@ -164,12 +164,12 @@ def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
 
 
 def score_dev(trainer: Trainer) -> dict[str, float]:
-    """The current policy's greedy dev scores (`centralrl.rl.dev`), or none without a dev split. Every process
-    scores the same questions with the same weights, so they agree without exchanging anything."""
+    """The current policy's greedy dev scores (`centralrl.rl.dev`), or none without a dev split. Each process
+    scores its share of the questions and every process gets the totals."""
     if not trainer.dev:
         return {}
     with trainer.policy.clock.phase("dev"):
-        return dev_scores(trainer.cfg, trainer.policy, trainer.retriever, trainer.dev, trainer.topology)
+        return dev_scores(trainer.cfg, trainer.policy, trainer.retriever, trainer.dev, trainer.topology, trainer.world)
 
 
 def step_line(step: int, steps: int, group_size: int, metrics: dict[str, float], seconds: float) -> str:
