@@ -4,7 +4,8 @@
 - it dies with whatever started it (`dvc repro` killed by any signal, SIGKILL included), and SIGTERM or Ctrl-C
   unwinds it like an exception, so its temporaries are deleted and its children stopped; a second signal, or
   unwinding that takes 20 s, ends it at once;
-- every section of the params file is validated first, whether or not the stage reads it;
+- every section of the params file is validated first, whether or not the stage reads it, and a stage that
+  logs to an MLflow server checks that it answers (seconds) before its work, not after it;
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
   (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one; the params are
   validated (and torch and Prefect imported) while that server starts, which takes seconds; `--help` starts none;
@@ -41,6 +42,7 @@ from centralrl.processes import Terminated, die_with_parent, terminate_as_interr
 USER_OS_ERRORS = {
     errno.ENOENT,
     errno.ENOTDIR,
+    errno.EEXIST,
     errno.EISDIR,
     errno.EACCES,
     errno.EPERM,
@@ -62,15 +64,16 @@ def stage_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-def run_stage(main: Callable[[], object], prefect_server: bool = False) -> NoReturn:
-    """Run `main` as a stage process (see the module docstring) and exit with its status."""
+def run_stage(main: Callable[[], object], prefect_server: bool = False, tracked: bool = False) -> NoReturn:
+    """Run `main` as a stage process (see the module docstring) and exit with its status; a `tracked` stage
+    (one that logs to MLflow) first checks that its tracking server answers."""
     name = Path(sys.argv[0]).stem
     die_with_parent()
     watch_grandparent()
     terminate_as_interrupt()
     try:
         argv = sys.argv[1:]
-        with _prefect(prefect_server and not _asks_help(argv), functools.partial(_prepare, argv)):
+        with _prefect(prefect_server and not _asks_help(argv), functools.partial(_prepare, argv, tracked)):
             main()
     except KeyboardInterrupt as stop:
         code = 128 + stop.signum if isinstance(stop, Terminated) else INTERRUPTED
@@ -95,15 +98,20 @@ def _asks_help(argv: list[str]) -> bool:
     return _known_args(argv).help
 
 
-def _prepare(argv: list[str]) -> None:
-    """Validate the whole params file and remove temporaries that killed runs left beside the stage's paths."""
+def _prepare(argv: list[str], tracked: bool) -> None:
+    """Validate the whole params file, check the tracking server when the stage logs to one (before its work,
+    not after), and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
     from centralrl.hardware import set_threads
+    from centralrl.services import check_reachable
 
     known = _known_args(argv)
     if known.help:
         return
-    set_threads(load_config(known.params).threads)
+    cfg = load_config(known.params)
+    set_threads(cfg.threads)
+    if tracked:
+        check_reachable(cfg.tracking.uri)
     for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:
         clean_stale_temporaries(folder)
 

@@ -60,4 +60,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, prefect_server=True)
+    run_stage(main, prefect_server=True, tracked=True)

@@ -27,3 +27,7 @@ class ServiceUnavailable(RetrievalError):
 
 class OutputError(CentralRLError):
     """An output cannot be written (disk full, quota, read-only file system); the message names its path."""
+
+
+class TrackingError(CentralRLError):
+    """The MLflow tracking store cannot be reached or refuses the run; the message names the URI (masked)."""

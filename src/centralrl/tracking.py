@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from centralrl.hardware import hardware_tags
 from centralrl.redact import redact
+from centralrl.services import check_reachable
 
 if TYPE_CHECKING:
     from centralrl.config import Config, TrackingConfig
@@ -153,4 +154,5 @@ class MlflowTracker:
 
 
 def open_tracker(tracking: TrackingConfig) -> MlflowTracker:
+    check_reachable(tracking.uri)
     return MlflowTracker(tracking.uri, tracking.experiment, tracking.system_metrics)
