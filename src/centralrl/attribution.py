@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CentralRLError as error:
         print(f"attribution: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # the --out folder: read-only, or a file where a folder should be
+        print(f"attribution: error: {error.filename}: {error.strerror}", file=sys.stderr)
+        return 1
     print(markdown(tables))
     return 0
 

@@ -752,6 +752,11 @@ class Config(Section):
             raise ConfigError(f"arms has no {name!r}; known arms: {', '.join(self.arms)}")
         return self.arms[name]
 
+    def reference(self, name: str) -> ReferenceConfig:
+        if name not in self.references:
+            raise ConfigError(f"references has no {name!r}; known references: {', '.join(self.references)}")
+        return self.references[name]
+
     def topology_of(self, name: str) -> str:
         """The topology of an arm or a reference."""
         if name in self.references:
@@ -782,6 +787,8 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 def _read_yaml(path: Path) -> dict:
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 (byte {error.object[error.start]:#04x}); save it as UTF-8") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if loaded is None:

@@ -473,7 +473,10 @@ def parse_set(assignment: str) -> dict:
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a dotted KEY, got {assignment!r}")
-    value: Any = yaml.safe_load(raw)
+    try:
+        value: Any = yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"{assignment!r}: the value is not valid YAML ({error.problem})") from None
     for part in reversed(key.strip().split(".")):
         value = {part: value}
     return value

@@ -129,21 +129,23 @@ def _tsv(path: Path) -> Iterator[tuple[str, dict]]:
             yield f"{path}:{number}", row
 
 
-def _first_char(path: Path) -> str:
+def _first_byte(path: Path) -> bytes:
+    """The file's first byte that is not whitespace (bytes: a file that is not UTF-8 is named by its reader,
+    with the line)."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as handle:
-        for chunk in iter(lambda: handle.read(4096), ""):
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(4096), b""):
             if chunk.strip():
-                return chunk.strip()[0]
-    return ""
+                return chunk.strip()[:1]
+    return b""
 
 
 def records(path: Path) -> Iterator[tuple[str, dict]]:
     """(where, row) pairs of a .tsv file, a JSON list (file starts with '[') or JSON lines."""
     if path.suffix == ".tsv":
         return _tsv(path)
-    return _json_list(path) if _first_char(path) == "[" else read_jsonl(path)
+    return _json_list(path) if _first_byte(path) == b"[" else read_jsonl(path)
 
 
 def _parquet(path: Path) -> Iterator[tuple[str, dict]]:

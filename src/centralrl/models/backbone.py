@@ -88,6 +88,8 @@ def prepare_backbone(cfg: ModelConfig, out_dir: Path) -> dict:
 
 def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a prepared backbone directory: model in eval mode, tokenizer padding on the left with a pad token."""
+    from huggingface_hub.errors import StrictDataclassError  # a config.json field of the wrong type
+    from safetensors import SafetensorError  # a weights file that is cut short or not safetensors
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = Path(model_dir)
@@ -100,7 +102,7 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype(dtype), local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, SafetensorError, StrictDataclassError) as error:
         raise BackboneError(f"{model_dir}: not a loadable backbone ({error})") from error
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
