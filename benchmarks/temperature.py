@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
-    _, dev = split_dev(read_questions(args.train), cfg.train.dev)
+    _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
     dev = dev[: args.questions]
     policy = trained_policy(cfg, args.backbone, args.model, None)
     retriever = open_retriever(cfg.retrieval, args.index)

@@ -22,7 +22,15 @@ from tqdm import tqdm
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
 from centralrl.config import TOPOLOGY_ROLES, Config, load_config
-from centralrl.evaluation import compute_spent, copy_evaluation, cuts_by_step, markdown_table, write_evaluation
+from centralrl.errors import DataError
+from centralrl.evaluation import (
+    budget_cuts,
+    compute_spent,
+    copy_evaluation,
+    cuts_by_step,
+    markdown_table,
+    write_evaluation,
+)
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import read_json, write_json
@@ -115,7 +123,11 @@ def evaluation_flow(
     """Evaluate `reference`, or every budget cut of (`arm`, `seed`) found in `adapters_dir` / `budgets_path`
     (and write each cut's role movement, {budget: {role: ...}}, to `movement_path`)."""
     cfg = load_config(params_path)
+    topology = cfg.reference(reference).topology if reference is not None else cfg.arm(arm).topology
+    cuts = None if reference is not None else budget_cuts(read_json(budgets_path), cfg, budgets_path)
     questions = load_questions(questions_path)
+    if not questions:
+        raise DataError(f"{questions_path}: no questions to evaluate")
     retriever = open_retriever(cfg.retrieval, index_dir)
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
@@ -127,13 +139,13 @@ def evaluation_flow(
             questions,
             policy,
             retriever,
-            cfg.topology_of(reference),
+            topology,
             Path(out_dir),
         )
         write_json(metrics_path, result)
         return result
     results, movement = {}, {}
-    for step, (first, *same) in cuts_by_step(read_json(budgets_path)).items():
+    for step, (first, *same) in cuts_by_step(cuts).items():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first))
         name = f"{arm}-{seed}-{backbone}"
         results[first], movement[first] = evaluate_one(
@@ -143,7 +155,7 @@ def evaluation_flow(
             questions,
             policy,
             retriever,
-            cfg.topology_of(arm),
+            topology,
             Path(out_dir) / first,
         )
         for budget in same:  # the same adapters: evaluated once, written and logged as each budget's cell

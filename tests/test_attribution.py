@@ -103,6 +103,8 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
 
     assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
     assert "missing.jsonl: no such file" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "table.json" / "t.json")]) == 1  # a file where a folder should be
+    assert capsys.readouterr().err.startswith(f"attribution: error: {tmp_path / 'table.json'}")
     (tmp_path / "corpus.jsonl").write_text('{"id": "p1", "text": "no title"}\n')
     assert main(args) == 1
     assert "corpus.jsonl:1 (passage p1): missing field 'title'" in capsys.readouterr().err

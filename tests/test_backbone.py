@@ -130,6 +130,18 @@ def test_hf_source_on_a_directory_without_a_model_says_so(tmp_path):
         prepare_backbone(ModelConfig(source="hf", name_or_path=str(tmp_path / "empty")), tmp_path / "out")
 
 
+def test_a_backbone_with_corrupt_weights_or_config_is_named(tiny_backbone, tmp_path):
+    weights = shutil.copytree(tiny_backbone, tmp_path / "cut")
+    (weights / "model.safetensors").write_bytes(b"junk")
+    with pytest.raises(BackboneError, match="cut: not a loadable backbone"):
+        load_backbone(weights)
+    config = shutil.copytree(tiny_backbone, tmp_path / "typo")
+    fields = json.loads((config / "config.json").read_text()) | {"hidden_size": "x"}
+    (config / "config.json").write_text(json.dumps(fields))
+    with pytest.raises(BackboneError, match="typo: not a loadable backbone"):
+        load_backbone(config)
+
+
 def test_load_backbone_refuses_a_folder_that_is_not_a_backbone(tmp_path):
     folder = tmp_path / "not-a-model"
     folder.mkdir()

@@ -5,14 +5,19 @@ cross-field params refused at load time; the training launch bound to 127.0.0.1.
 from __future__ import annotations
 
 import errno
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from centralrl.config import load_config
+from centralrl.data.formats import records
 from centralrl.distributed import launch_command
 from centralrl.errors import ConfigError, DataError, OutputError
 from centralrl.io import (
@@ -80,6 +85,67 @@ def test_a_param_no_stage_reads_is_refused_by_every_stage_in_one_message(tmp_pat
     assert done.returncode == 1
     assert "data.synthetic.n_people" in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.startswith("prepare_model: error: invalid params")
+
+
+def test_a_tracking_server_that_is_down_stops_a_tracked_stage_in_seconds_naming_it(tmp_path):
+    from centralrl.services import free_port
+
+    uri = f"http://user:secret@127.0.0.1:{free_port()}"  # nothing listens there
+    params = write_params(tmp_path, {"tracking": {"uri": uri}})
+    started = time.perf_counter()
+    done = run(["-m", "stages.compare", "--params", str(params)], REPO)  # before its own arguments are read
+    assert time.perf_counter() - started < 60  # MLflow alone retried for 4.5 minutes, then gave a traceback
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"compare: error: tracking.uri {uri.replace('secret', '***')}: no MLflow server")
+
+
+def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
+    from centralrl.errors import TrackingError
+    from centralrl.services import check_reachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    check_reachable(f"http://127.0.0.1:{server.server_port}/mlflow")
+    server.server_close()
+    check_reachable(f"sqlite:///{tmp_path}/mlflow.db")  # a store, not a server: nothing to check
+    with pytest.raises(TrackingError, match="no MLflow server answers"):
+        check_reachable(f"http://127.0.0.1:{server.server_port}", timeout=2)
+
+
+def test_a_training_file_too_small_for_the_dev_split_is_named():
+    from centralrl.config import DevConfig
+    from centralrl.rl.dev import split_dev
+    from centralrl.schema import Question
+
+    questions = [Question(f"q{i}", "Who?", ("x",), "toy", "train") for i in range(3)]
+    with pytest.raises(DataError, match=r"data/train\.jsonl: its 3 questions leave none to train on after"):
+        split_dev(questions, DevConfig(questions=3), "data/train.jsonl")
+    assert len(split_dev(questions, DevConfig(questions=2), "data/train.jsonl")[0]) == 1
+
+
+def test_a_budgets_file_must_cut_every_budget_of_the_params_at_a_step(tmp_path):
+    from centralrl.config import Config
+    from centralrl.evaluation import budget_cuts
+
+    cfg = Config()  # budgets equal_steps and equal_tokens
+    good = {"equal_steps": {"step": 8, "reached": True}, "equal_tokens": {"step": 3, "reached": False}}
+    assert budget_cuts(good, cfg, "b.json") == good
+    with pytest.raises(DataError, match=r"b\.json: expected a cut for each budget .*got \[\]"):
+        budget_cuts({}, cfg, "b.json")  # was: evaluated nothing and exited 0
+    with pytest.raises(DataError, match=r"b\.json: budget 'equal_tokens' has no cut step .*'two'"):
+        budget_cuts(good | {"equal_tokens": {"step": "two"}}, cfg, "b.json")
+
+
+def test_a_repeated_question_id_or_an_unknown_reference_is_named(tmp_path):
+    from centralrl.config import Config
+    from centralrl.schema import read_questions
+
+    row = {"question": "Who?", "golden_answers": ["x"], "benchmark": "toy", "split": "test"}
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(row | {"id": i}) + "\n" for i in ("a", "b", "a")))
+    with pytest.raises(DataError, match=r"q\.jsonl:3: question id 'a' is already used at .*q\.jsonl:1"):
+        read_questions(tmp_path / "q.jsonl")
+    with pytest.raises(ConfigError, match="references has no 'bsae'; known references: base, single_agent"):
+        Config().reference("bsae")
 
 
 def test_a_missing_input_is_one_line_naming_it(stage):
@@ -150,6 +216,12 @@ def test_undecodable_and_surrogate_lines_name_file_and_line(tmp_path):
     latin.write_bytes(b'{"id": "a"}\n{"id": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"latin\.jsonl:2: not UTF-8 \(byte 0xe9"):
         list(read_jsonl(latin))
+    with pytest.raises(DataError, match=r"latin\.jsonl:2: not UTF-8 \(byte 0xe9"):
+        list(records(latin))  # a question source: JSON lines or a JSON list, told apart by the first byte
+    params = tmp_path / "params.yaml"
+    params.write_bytes(b"profile: smoke\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: not UTF-8 \(byte 0xe9\)"):
+        load_config(params)
     escaped = tmp_path / "escaped.jsonl"
     escaped.write_text('{"id": "pair \\ud83d\\ude00"}\n{"id": "lone \\ud800"}\n')
     with pytest.raises(DataError, match=r"escaped\.jsonl:2: an escaped lone UTF-16 surrogate"):

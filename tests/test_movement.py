@@ -76,13 +76,15 @@ def test_batched_movement_equals_each_call_alone_and_regenerating(tiny_backbone,
 
 
 def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> dict:
-    """The evaluate stage on one trained cell of joint whose `moved` adapters differ from the start."""
+    """The evaluate stage on one trained cell of joint whose `moved` adapters differ from the start, every budget
+    cut at step 1 (so evaluated once, from the first budget's folder); the movement of that cut."""
     from stages import evaluate
 
     cfg = load_config(params)
     model, _, _ = _joint_model(folder / "start", cfg.lora, moved)
-    save_adapters(model, folder / out / "adapters" / "cut")
-    write_json(folder / out / "budgets.json", {"cut": {"step": 1}})
+    first = sorted(cfg.budgets)[0]
+    save_adapters(model, folder / out / "adapters" / first)
+    write_json(folder / out / "budgets.json", {budget: {"step": 1} for budget in cfg.budgets})
     evaluate.main(
         [
             "--params",
@@ -111,7 +113,7 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
             str(folder / out / "movement.json"),
         ]
     )
-    return read_json(folder / out / "movement.json")
+    return read_json(folder / out / "movement.json")[first]
 
 
 @pytest.mark.parametrize(
@@ -119,7 +121,7 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
 )
 def test_the_report_says_when_the_sub_agents_did_not_move(smoke_run, moved):
     folder, params, data = smoke_run
-    movement = _evaluate_cell(folder, params, data, moved, f"movement-{'-'.join(moved)}")["cut"]
+    movement = _evaluate_cell(folder, params, data, moved, f"movement-{'-'.join(moved)}")
     questions = sum(1 for line in data["test"].read_text().splitlines() if line.strip())
 
     assert movement["conclusion"]["calls"] == questions  # every episode concludes once

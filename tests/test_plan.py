@@ -197,3 +197,10 @@ def test_file_checks_name_each_file(repo, tmp_path):
 def test_a_bad_param_exits_2_with_its_path(repo, capsys):
     code = plan.main(["--params", str(repo / "params.yaml"), "--set", "retrieval.backend=solr"])
     assert code == 2 and "retrieval.backend" in capsys.readouterr().err
+
+
+def test_a_set_value_that_is_not_yaml_is_a_usage_error_naming_it(repo, capsys):
+    with pytest.raises(SystemExit) as stop:
+        plan.main(["--params", str(repo / "params.yaml"), "--set", "train.grpo.steps=[1"])
+    assert stop.value.code == 2
+    assert "'train.grpo.steps=[1': the value is not valid YAML" in capsys.readouterr().err

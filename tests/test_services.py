@@ -380,3 +380,10 @@ def test_a_stage_that_ends_sends_its_flow_logs_to_a_long_lived_server(prefect_se
     with get_client(sync_client=True) as client:
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     assert "goodbye from the stage" in [log.message for log in logs]
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "http"])
+def test_a_port_out_of_range_is_a_usage_error(port, capsys):
+    with pytest.raises(SystemExit) as stop:
+        services.main(["ui", "--prefect-port", port])
+    assert stop.value.code == 2 and f"{port!r} is not a port (1 to 65535)" in capsys.readouterr().err

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from centralrl.compute import ModelShape
+from centralrl.config import Config
+from centralrl.errors import DataError
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_write, write_jsonl
 from centralrl.metrics import METRICS
@@ -134,6 +136,19 @@ def compute_spent(episodes: Sequence[Episode], shape: ModelShape) -> dict[str, f
             for kind in ("prompt", "generated"):
                 spent[f"{kind}_tokens.{role}"] = spent.get(f"{kind}_tokens.{role}", 0.0) + row[kind]
     return dict(sorted(spent.items()))
+
+
+def budget_cuts(cuts: object, cfg: Config, path: str) -> dict:
+    """A train stage's budgets.json, checked against the params: one cut per budget of `budgets`, each at a
+    step of at least 1 (a missing budget would leave its comparison without this cell, silently)."""
+    if not isinstance(cuts, dict) or sorted(cuts) != sorted(cfg.budgets):
+        found = sorted(cuts) if isinstance(cuts, dict) else type(cuts).__name__
+        raise DataError(f"{path}: expected a cut for each budget of the params ({sorted(cfg.budgets)}), got {found}")
+    for name, cut in cuts.items():
+        step = cut.get("step") if isinstance(cut, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise DataError(f"{path}: budget {name!r} has no cut step (an integer >= 1), got {cut!r}")
+    return cuts
 
 
 def cuts_by_step(cuts: dict) -> dict[int, list[str]]:

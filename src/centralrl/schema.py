@@ -134,8 +134,16 @@ class Question:
 
 
 def read_questions(path: str | Path) -> list[Question]:
-    """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order."""
-    return [Question.from_json(row, where) for where, row in read_jsonl(path)]
+    """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order; an id seen
+    before is refused with both lines (records, pairs and dev splits are keyed by id)."""
+    questions, first_seen = [], {}
+    for where, row in read_jsonl(path):
+        question = Question.from_json(row, where)
+        if question.id in first_seen:
+            raise DataError(f"{where}: question id {question.id!r} is already used at {first_seen[question.id]}")
+        first_seen[question.id] = where
+        questions.append(question)
+    return questions
 
 
 def interleave(questions: Iterable[Question]) -> list[Question]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from centralrl.assembly import run_settings
 from centralrl.config import Config, DevConfig
 from centralrl.distributed import World
+from centralrl.errors import DataError
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.metrics import em, f1
@@ -23,11 +24,15 @@ from centralrl.schema import Question
 from centralrl.seeding import derive_seed
 
 
-def split_dev(questions: Sequence[Question], dev: DevConfig) -> tuple[list[Question], list[Question]]:
-    """(training questions, dev questions): `dev.questions` of them drawn from `dev.seed`, in file order."""
+def split_dev(
+    questions: Sequence[Question], dev: DevConfig, source: str = "the training file"
+) -> tuple[list[Question], list[Question]]:
+    """(training questions, dev questions): `dev.questions` of them drawn from `dev.seed`, in file order.
+    `source` names where the questions came from in the error for too few of them."""
     if dev.questions >= len(questions):
-        raise ValueError(
-            f"train.dev.questions ({dev.questions}) leaves none of the {len(questions)} training questions to train on"
+        raise DataError(
+            f"{source}: its {len(questions)} questions leave none to train on after train.dev.questions "
+            f"({dev.questions}) are held out"
         )
     held = set(random.Random(derive_seed(dev.seed, "dev")).sample(range(len(questions)), dev.questions))
     return [q for i, q in enumerate(questions) if i not in held], [questions[i] for i in sorted(held)]

@@ -103,7 +103,7 @@ def build_trainer(
 ) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
     policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
-    training, dev = split_dev(read_questions(train_path), cfg.train.dev)
+    training, dev = split_dev(read_questions(train_path), cfg.train.dev, str(train_path))
     trainer = Trainer(
         cfg,
         policy,
@@ -291,7 +291,10 @@ def train_cell(
     if world.is_main:
         _write_outputs(progress, state, adapters_dir, budgets_path, history_path)
         write_json(metrics_path, summary)
-    cuts = ", ".join(f"{name} at step {cut['step']}" for name, cut in sorted(progress.cuts.items()))
+    cuts = ", ".join(
+        f"{name} at step {cut['step']}{'' if cut['reached'] else ' (not reached: the last step)'}"
+        for name, cut in sorted(progress.cuts.items())
+    )
     began = f"resumed from step {resumed_from}" if resumed_from else "started at step 0"
     print(
         f"train@{arm}-{seed}-{backbone} (process {world.rank + 1} of {world.size}): {began}, now at step "
