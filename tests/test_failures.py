@@ -110,6 +110,8 @@ def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
     check_reachable(f"sqlite:///{tmp_path}/mlflow.db")  # a store, not a server: nothing to check
     with pytest.raises(TrackingError, match="no MLflow server answers"):
         check_reachable(f"http://127.0.0.1:{server.server_port}", timeout=2)
+    with pytest.raises(TrackingError, match="http://127.0.0.1:99999: no MLflow server answers"):
+        check_reachable("http://127.0.0.1:99999")
 
 
 def test_a_training_file_too_small_for_the_dev_split_is_named():

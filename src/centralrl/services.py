@@ -330,10 +330,10 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     parts = urllib.parse.urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
-    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
-    netloc = f"{host}:{parts.port}" if parts.port else str(host)  # no user:password: urllib would read it as a port
-    health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
     try:
+        host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
+        netloc = f"{host}:{parts.port}" if parts.port else str(host)  # no user:password: urllib reads it as a port
+        health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
         urllib.request.urlopen(health, timeout=timeout).close()
     except urllib.error.HTTPError:
         return

@@ -387,9 +387,8 @@ def warmstart(
             shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
             content = content_sha256(tmp)
         return {"enabled": False, "content_sha256": content}
-    questions, _ = split_dev(
-        read_questions(train_path), cfg.train.dev, str(train_path)
-    )  # never warm-start on the dev split
+    # never warm-start on the dev split
+    questions, _ = split_dev(read_questions(train_path), cfg.train.dev, str(train_path))
     retriever = open_retriever(cfg.retrieval, index_dir)
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
