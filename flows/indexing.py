@@ -15,10 +15,10 @@ from prefect import flow, task
 
 from centralrl.config import RetrievalConfig, load_config
 from centralrl.errors import ServiceUnavailable
-from centralrl.io import atomic_directory, read_jsonl, write_json
+from centralrl.io import atomic_directory, write_json
 from centralrl.retrieval import Retriever, build_retrievers, save_index
 from centralrl.retrieval.recall import recall_table
-from centralrl.schema import Passage, read_questions
+from centralrl.schema import Passage, read_passages, read_questions
 
 
 def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
@@ -32,7 +32,7 @@ def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
 
 @task
 def load_corpus(path: str) -> list[Passage]:
-    return [Passage.from_json(row, where) for where, row in read_jsonl(path)]
+    return read_passages(path)
 
 
 def _server_was_down(task, task_run, state) -> bool:

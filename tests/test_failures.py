@@ -138,14 +138,18 @@ def test_a_budgets_file_must_cut_every_budget_of_the_params_at_a_step(tmp_path):
         budget_cuts(good | {"equal_tokens": {"step": "two"}}, cfg, "b.json")
 
 
-def test_a_repeated_question_id_or_an_unknown_reference_is_named(tmp_path):
+def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_path):
     from centralrl.config import Config
-    from centralrl.schema import read_questions
+    from centralrl.schema import read_passages, read_questions
 
     row = {"question": "Who?", "golden_answers": ["x"], "benchmark": "toy", "split": "test"}
     (tmp_path / "q.jsonl").write_text("".join(json.dumps(row | {"id": i}) + "\n" for i in ("a", "b", "a")))
-    with pytest.raises(DataError, match=r"q\.jsonl:3: question id 'a' is already used at .*q\.jsonl:1"):
+    with pytest.raises(DataError, match=r"q\.jsonl:3: id 'a' is already used at .*q\.jsonl:1"):
         read_questions(tmp_path / "q.jsonl")
+    passage = {"id": "p1", "title": "T", "text": "one"}
+    (tmp_path / "c.jsonl").write_text(json.dumps(passage) + "\n" + json.dumps(passage | {"text": "two"}) + "\n")
+    with pytest.raises(DataError, match=r"c\.jsonl:2: id 'p1' is already used at .*c\.jsonl:1"):
+        read_passages(tmp_path / "c.jsonl")  # build_index's corpus: a retriever answers with ids
     with pytest.raises(ConfigError, match="references has no 'bsae'; known references: base, single_agent"):
         Config().reference("bsae")
 

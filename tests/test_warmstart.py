@@ -252,6 +252,15 @@ def test_stage_writes_a_loadable_merged_checkpoint_the_same_bytes_twice(stage_in
     assert again["content_sha256"] == metrics["content_sha256"]
 
 
+def test_fewer_questions_than_asked_for_are_said_not_taken_silently(stage_inputs, tiny_backbone, capsys):
+    folder, _ = stage_inputs
+    params = write_params(folder / "many", {"warmstart": {"questions": 1000}})
+    _, metrics = run_stage(folder, params, tiny_backbone, "start-many")
+    assert metrics["questions"] < 1000
+    said = f"warm start: {metrics['questions']} questions gave traces, fewer than warmstart.questions (1000)"
+    assert said in capsys.readouterr().out
+
+
 def test_disabled_warm_start_copies_the_backbone_byte_for_byte(stage_inputs, tiny_backbone):
     folder, _ = stage_inputs
     cfg = load_config(write_params(folder / "off", {"warmstart": {"enabled": False}}))

@@ -35,7 +35,7 @@ from pathlib import Path
 from centralrl.errors import CentralRLError, DataError
 from centralrl.io import read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
-from centralrl.schema import Passage
+from centralrl.schema import read_passages
 
 PLACES = ("yes_no", "in_question", "not_retrieved", "in_passages", "in_notes")
 FIELDS = ("question", "golden_answers", "prediction", "notes", "retrieved")  # what an evaluation record must hold
@@ -72,7 +72,7 @@ def attribution_table(rows: Sequence[tuple[str, Mapping]], shown: Mapping[str, s
 
 def shown_passages(corpus: str | Path, passage_chars: int) -> dict[str, str]:
     """Passage id -> its title and the first `passage_chars` characters of its text (what a role is shown)."""
-    passages = (Passage.from_json(row, where) for where, row in read_jsonl(corpus))
+    passages = read_passages(corpus)
     return {p.id: f"{p.title}: {p.text[:passage_chars]}" for p in passages}
 
 

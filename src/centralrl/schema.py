@@ -136,14 +136,24 @@ class Question:
 def read_questions(path: str | Path) -> list[Question]:
     """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order; an id seen
     before is refused with both lines (records, pairs and dev splits are keyed by id)."""
-    questions, first_seen = [], {}
-    for where, row in read_jsonl(path):
-        question = Question.from_json(row, where)
-        if question.id in first_seen:
-            raise DataError(f"{where}: question id {question.id!r} is already used at {first_seen[question.id]}")
-        first_seen[question.id] = where
-        questions.append(question)
-    return questions
+    return _once_each((where, Question.from_json(row, where)) for where, row in read_jsonl(path))
+
+
+def read_passages(path: str | Path) -> list[Passage]:
+    """The passages of a JSONL corpus (prepare_data's corpus.jsonl, an index's passages), in file order; an id
+    seen before is refused with both lines (a retriever answers with ids)."""
+    return _once_each((where, Passage.from_json(row, where)) for where, row in read_jsonl(path))
+
+
+def _once_each(items: Iterable[tuple[str, Any]]) -> list:
+    """The items (each with an `id`, read at `where`) in order, refusing an id that came before."""
+    kept, first_seen = [], {}
+    for where, item in items:
+        if item.id in first_seen:
+            raise DataError(f"{where}: id {item.id!r} is already used at {first_seen[item.id]}")
+        first_seen[item.id] = where
+        kept.append(item)
+    return kept
 
 
 def interleave(questions: Iterable[Question]) -> list[Question]:

@@ -17,9 +17,9 @@ import bm25s
 import numpy as np
 
 from centralrl.errors import RetrievalError
-from centralrl.io import read_json, read_jsonl, write_json, write_jsonl
+from centralrl.io import read_json, write_json, write_jsonl
 from centralrl.retrieval.base import Hit, corpus_sha256
-from centralrl.schema import Passage
+from centralrl.schema import Passage, read_passages
 
 PASSAGES_FILE = "passages.jsonl"
 SETTINGS_FILE = "centralrl_index.json"
@@ -83,7 +83,7 @@ class Bm25sIndex:
             raise RetrievalError(f"{directory}: no bm25s index here (run `dvc repro build_index` first)")
         settings = read_json(directory / SETTINGS_FILE)
         model = bm25s.BM25.load(directory, backend=resolve_backend(backend), show_progress=False)
-        passages = [Passage.from_json(row, where) for where, row in read_jsonl(directory / PASSAGES_FILE)]
+        passages = read_passages(directory / PASSAGES_FILE)
         return cls(model, passages, bool(settings["stemming"]))
 
     @property

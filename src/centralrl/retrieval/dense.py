@@ -27,10 +27,10 @@ import faiss
 
 from centralrl.config import DenseConfig
 from centralrl.errors import RetrievalError
-from centralrl.io import read_jsonl, write_jsonl
+from centralrl.io import write_jsonl
 from centralrl.retrieval.base import Hit, corpus_sha256
 from centralrl.retrieval.encoder import Encoder
-from centralrl.schema import Passage
+from centralrl.schema import Passage, read_passages
 
 INDEX_FILE = "faiss.index"
 PASSAGES_FILE = "passages.jsonl"
@@ -118,7 +118,7 @@ class DenseIndex:
         directory = Path(directory)
         if not (directory / INDEX_FILE).is_file():
             raise RetrievalError(f"{directory}: no dense index here (run `dvc repro build_index` first)")
-        passages = [Passage.from_json(row, where) for where, row in read_jsonl(directory / PASSAGES_FILE)]
+        passages = read_passages(directory / PASSAGES_FILE)
         return cls(faiss.read_index(str(directory / INDEX_FILE)), passages, encoder, cfg)
 
     @property

@@ -395,6 +395,12 @@ def warmstart(
     traces, selection = build_traces(
         questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
     )
+    if log and selection["questions"] < cfg.warmstart.questions:
+        log(
+            f"warm start: {selection['questions']} questions gave traces, fewer than warmstart.questions "
+            f"({cfg.warmstart.questions}): {len(questions)} training questions outside the dev split, "
+            f"{selection['skipped_questions']} of those tried gave no trace"
+        )
     merged, stats = supervised_finetune(model, tokenizer, traces, cfg.warmstart, cfg.lora, log)
     with atomic_directory(out_dir) as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
