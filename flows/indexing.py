@@ -14,11 +14,11 @@ from pathlib import Path
 from prefect import flow, task
 
 from centralrl.config import RetrievalConfig, load_config
-from centralrl.errors import ServiceUnavailable
+from centralrl.errors import DataError, ServiceUnavailable
 from centralrl.io import atomic_directory, write_json
 from centralrl.retrieval import Retriever, build_retrievers, save_index
 from centralrl.retrieval.recall import recall_table
-from centralrl.schema import Passage, read_passages, read_questions
+from centralrl.schema import Passage, Question, read_passages, read_questions
 
 
 def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
@@ -53,11 +53,10 @@ def save(index: Retriever, cfg: RetrievalConfig, passages: int, directory: str) 
 
 @task
 def report(
-    retrievers: dict[str, Retriever], cfg: RetrievalConfig, question_files: list[str], metrics_path: str
+    retrievers: dict[str, Retriever], cfg: RetrievalConfig, questions: dict[str, list[Question]], metrics_path: str
 ) -> dict:
     """{split: {benchmark: row}} for the configured backend, and the same under `compare.<backend>` for the
     others."""
-    questions = {Path(path).stem: read_questions(path) for path in question_files}
     tables = {
         backend: {
             split: recall_table(qs, retriever, cfg.recall_ks, cfg.query_batch_size) for split, qs in questions.items()
@@ -76,7 +75,12 @@ def indexing_flow(
     params_path: str, corpus_path: str, question_files: list[str], index_dir: str, metrics_path: str
 ) -> dict:
     cfg = load_config(params_path).retrieval
+    questions = {}  # read and checked before the build, which can take hours
+    for path in question_files:
+        questions[Path(path).stem] = read_questions(path)
+        if not questions[Path(path).stem]:
+            raise DataError(f"{path}: no questions to measure recall on")
     passages = load_corpus(corpus_path)
     retrievers = build(passages, cfg)
     save(retrievers[cfg.backend], cfg, len(passages), index_dir)
-    return report(retrievers, cfg, question_files, metrics_path)
+    return report(retrievers, cfg, questions, metrics_path)

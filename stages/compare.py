@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from centralrl.compare import comparison
+from centralrl.compare import checked_record, comparison
 from centralrl.config import Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
@@ -22,7 +22,7 @@ from stages.cli import run_stage, stage_parser
 def _rows(path: Path, stage: str) -> list[dict]:
     if not path.is_file():
         raise DataError(f"{path} not found: run `dvc repro {stage}` first")
-    return [row for _, row in read_jsonl(path)]
+    return [checked_record(row, where) for where, row in read_jsonl(path)]
 
 
 def _json(path: Path, stage: str):

@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     from centralrl.distributed import World, launch, needs_launch
 
     cfg = load_config(args.params)
+    if args.seed not in cfg.seeds:  # a cell outside the matrix: no compare stage would ever read it
+        parser.error(f"--seed {args.seed} is not one of seeds {cfg.seeds} in {args.params}")
     if needs_launch(cfg.train.processes):
         sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
     from centralrl.rl.run import train_cell

@@ -8,6 +8,7 @@ import errno
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -152,6 +153,35 @@ def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_
         read_passages(tmp_path / "c.jsonl")  # build_index's corpus: a retriever answers with ids
     with pytest.raises(ConfigError, match="references has no 'bsae'; known references: base, single_agent"):
         Config().reference("bsae")
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"f1": None}, "'f1' must be a score from 0 to 1, got None"),  # the field missing
+        ({"acc": "zero"}, "'acc' must be a score from 0 to 1, got 'zero'"),
+        ({"em": 7.0}, "'em' must be a score from 0 to 1, got 7.0"),
+        ({"benchmark": 3}, "'benchmark' must be a string, got 3"),
+    ],
+)
+def test_a_record_the_statistics_cannot_read_is_named(change, named):
+    from centralrl.compare import checked_record
+
+    record = {"id": "q1", "benchmark": "toy", "em": 0.0, "f1": 0.5, "acc": 1}
+    assert checked_record(record, "r.jsonl:1") == record
+    with pytest.raises(DataError, match=re.escape(f"r.jsonl:4: field {named}")):
+        checked_record({k: v for k, v in (record | change).items() if v is not None}, "r.jsonl:4")
+
+
+def test_a_training_seed_outside_the_matrix_is_a_usage_error(tmp_path, capsys):
+    from stages import train
+
+    params = write_params(tmp_path)  # seeds [0, 1, 2]
+    paths = [f"--{name}={tmp_path / name}" for name in ("model", "index", "train", "adapters", "budgets", "state")]
+    paths += [f"--{name}={tmp_path / name}" for name in ("history", "metrics")]
+    with pytest.raises(SystemExit) as stop:
+        train.main(["--params", str(params), "--arm", "joint", "--seed", "7", "--backbone", "main", *paths])
+    assert stop.value.code == 2 and "--seed 7 is not one of seeds [0, 1, 2]" in capsys.readouterr().err
 
 
 def test_a_missing_input_is_one_line_naming_it(stage):

@@ -84,6 +84,17 @@ def test_build_index_flow_reports_recall_for_every_benchmark(prefect_server, smo
     assert 0.0 <= one_hop["recall@1"] <= one_hop["recall@3"] <= one_hop["recall@5"] <= 1.0
     assert (tmp_path / "index" / "manifest.json").is_file()
 
+    (tmp_path / "empty.jsonl").write_text("")  # was: an index, and recall of {} for that split
+    with pytest.raises(DataError, match=r"empty\.jsonl: no questions to measure recall on"):
+        build_index.main(
+            [
+                *("--params", str(smoke_params), "--corpus", str(data["corpus"])),
+                *("--questions", str(tmp_path / "empty.jsonl"), "--index", str(tmp_path / "index2")),
+                *("--metrics", str(tmp_path / "r2.json")),
+            ]
+        )
+    assert not (tmp_path / "index2").exists()  # refused before the build
+
 
 # Credentials a user's shell may hold while the pipeline runs; none may reach an output, the store or the log.
 SECRETS = {

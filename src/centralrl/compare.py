@@ -43,6 +43,19 @@ VERDICT_METRICS = ("f1", "acc")
 PUBLISHED = {"f1": {"central_only": 47.79, "joint": 45.36}, "acc": {"central_only": 42.88, "joint": 40.49}}
 
 
+def checked_record(row: dict, where: str) -> dict:
+    """An evaluation record holding what the statistics read: a string id and benchmark, and each metric a
+    score from 0 to 1; anything else is a DataError naming the file, line and field."""
+    for key in ("id", "benchmark"):
+        if not isinstance(row.get(key), str):
+            raise DataError(f"{where}: field {key!r} must be a string, got {row.get(key)!r}")
+    for metric in METRICS:
+        value = row.get(metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise DataError(f"{where}: field {metric!r} must be a score from 0 to 1, got {value!r}")
+    return row
+
+
 def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]:
     """{benchmark: [score x 100 per question, ordered by question id]} (the order pairs arms question by question)."""
     groups: dict[str, list[tuple[str, float]]] = {}
