@@ -8,6 +8,7 @@ filled in for every cell the params name; a missing file is an error that names 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from centralrl.compare import checked_record, comparison
@@ -19,10 +20,11 @@ from centralrl.tracking import cell_tags, open_tracker
 from stages.cli import run_stage, stage_parser
 
 
-def _rows(path: Path, stage: str) -> list[dict]:
+def _rows(path: Path, stage: str, check: Callable[[dict, str], dict] = lambda row, where: row) -> list[dict]:
+    """The rows of a JSONL output of `stage`, each passed through `check` (with its file and line)."""
     if not path.is_file():
         raise DataError(f"{path} not found: run `dvc repro {stage}` first")
-    return [checked_record(row, where) for where, row in read_jsonl(path)]
+    return [check(row, where) for where, row in read_jsonl(path)]
 
 
 def _json(path: Path, stage: str):
@@ -42,6 +44,7 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
                     budget: _rows(
                         Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
                         f"evaluate@{arm}-{s}-{b}",
+                        checked_record,
                     )
                     for budget in cfg.budgets
                 }
@@ -50,7 +53,11 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
             for arm in cfg.arms
         }
         references[b] = {
-            ref: _rows(Path(args.reference_records.format(backbone=b, reference=ref)), f"evaluate_reference@{ref}-{b}")
+            ref: _rows(
+                Path(args.reference_records.format(backbone=b, reference=ref)),
+                f"evaluate_reference@{ref}-{b}",
+                checked_record,
+            )
             for ref in cfg.references
         }
         cuts[b] = {

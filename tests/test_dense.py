@@ -16,7 +16,6 @@ import pytest
 
 from centralrl.config import DenseConfig, HybridConfig, RetrievalConfig
 from centralrl.errors import RetrievalError
-from centralrl.io import write_jsonl
 from centralrl.retrieval import build_retrievers, open_retriever, save_index
 from centralrl.retrieval.base import Hit
 from centralrl.retrieval.dense import DenseIndex, passage_texts
@@ -219,9 +218,8 @@ def test_hybrid_saves_its_components_and_reopens_to_the_same_answers(bert, tmp_p
 def test_report_measures_every_backend_on_the_same_questions(bert, tmp_path):
     cfg = RetrievalConfig(bm25s_backend="numpy", dense=DenseConfig(encoder=str(bert)), recall_ks=[1, 4])
     retrievers = build_retrievers(PASSAGES, cfg, ["bm25s", "dense", "hybrid"])
-    path = tmp_path / "test.jsonl"
-    write_jsonl(path, [Question("q1", "Who directed The Ember Gate?", ("Okosi",), "b", "test", ("p3",)).to_json()])
-    metrics = report.fn(retrievers, cfg, [str(path)], str(tmp_path / "retrieval.json"))
+    questions = {"test": [Question("q1", "Who directed The Ember Gate?", ("Okosi",), "b", "test", ("p3",))]}
+    metrics = report.fn(retrievers, cfg, questions, str(tmp_path / "retrieval.json"))
     assert set(metrics) == {"test", "compare"} and set(metrics["compare"]) == {"dense", "hybrid"}
     assert metrics["test"]["b"]["recall@1"] == 1.0  # bm25s
     assert all(table["test"]["b"]["recall@4"] == 1.0 for table in metrics["compare"].values())  # 4 = whole corpus
