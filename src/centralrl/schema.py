@@ -136,22 +136,26 @@ class Question:
 def read_questions(path: str | Path) -> list[Question]:
     """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order; an id seen
     before is refused with both lines (records, pairs and dev splits are keyed by id)."""
-    return _once_each((where, Question.from_json(row, where)) for where, row in read_jsonl(path))
+    return _once_each(path, Question.from_json)
 
 
 def read_passages(path: str | Path) -> list[Passage]:
     """The passages of a JSONL corpus (prepare_data's corpus.jsonl, an index's passages), in file order; an id
     seen before is refused with both lines (a retriever answers with ids)."""
-    return _once_each((where, Passage.from_json(row, where)) for where, row in read_jsonl(path))
+    return _once_each(path, Passage.from_json)
 
 
-def _once_each(items: Iterable[tuple[str, Any]]) -> list:
-    """The items (each with an `id`, read at `where`) in order, refusing an id that came before."""
-    kept, first_seen = [], {}
-    for where, item in items:
-        if item.id in first_seen:
-            raise DataError(f"{where}: id {item.id!r} is already used at {first_seen[item.id]}")
-        first_seen[item.id] = where
+def _once_each(path: str | Path, parse) -> list:
+    """The rows of `path` parsed (each with an `id`), refusing an id that came before. Only the ids are held
+    while reading (a 21M-passage corpus would double in bookkeeping otherwise); the earlier line is looked up
+    again on a repeat."""
+    kept, seen = [], set()
+    for where, row in read_jsonl(path):
+        item = parse(row, where)
+        if item.id in seen:
+            first = next(w for w, earlier in read_jsonl(path) if earlier.get("id") == item.id)
+            raise DataError(f"{where}: id {item.id!r} is already used at {first}")
+        seen.add(item.id)
         kept.append(item)
     return kept
 
