@@ -18,7 +18,7 @@ from centralrl.errors import DataError, ServiceUnavailable
 from centralrl.io import atomic_directory, write_json
 from centralrl.retrieval import Retriever, build_retrievers, save_index
 from centralrl.retrieval.recall import recall_table
-from centralrl.schema import Passage, Question, read_passages, read_questions
+from centralrl.schema import Passage, Question, check_supporting_ids, read_passages, read_questions
 
 
 def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
@@ -81,6 +81,8 @@ def indexing_flow(
         if not questions[Path(path).stem]:
             raise DataError(f"{path}: no questions to measure recall on")
     passages = load_corpus(corpus_path)
+    for path in question_files:
+        check_supporting_ids(questions[Path(path).stem], passages, f"{path} (corpus {corpus_path})")
     retrievers = build(passages, cfg)
     save(retrievers[cfg.backend], cfg, len(passages), index_dir)
     return report(retrievers, cfg, questions, metrics_path)

@@ -84,16 +84,22 @@ def test_build_index_flow_reports_recall_for_every_benchmark(prefect_server, smo
     assert 0.0 <= one_hop["recall@1"] <= one_hop["recall@3"] <= one_hop["recall@5"] <= 1.0
     assert (tmp_path / "index" / "manifest.json").is_file()
 
-    (tmp_path / "empty.jsonl").write_text("")  # was: an index, and recall of {} for that split
-    with pytest.raises(DataError, match=r"empty\.jsonl: no questions to measure recall on"):
-        build_index.main(
-            [
-                *("--params", str(smoke_params), "--corpus", str(data["corpus"])),
-                *("--questions", str(tmp_path / "empty.jsonl"), "--index", str(tmp_path / "index2")),
-                *("--metrics", str(tmp_path / "r2.json")),
-            ]
-        )
-    assert not (tmp_path / "index2").exists()  # refused before the build
+    row = json.loads(Path(data["test"]).read_text().splitlines()[0]) | {"supporting_passage_ids": ["p-gone"]}
+    refused = {  # was: an index, with recall of {} for that split / recall quietly 0 for the question
+        "empty.jsonl": ("", r"empty\.jsonl: no questions to measure recall on"),
+        "stray.jsonl": (json.dumps(row) + "\n", r"stray\.jsonl \(corpus .*\): supporting passages missing from the "),
+    }
+    for name, (text, message) in refused.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DataError, match=message):
+            build_index.main(
+                [
+                    *("--params", str(smoke_params), "--corpus", str(data["corpus"])),
+                    *("--questions", str(tmp_path / name), "--index", str(tmp_path / "index2")),
+                    *("--metrics", str(tmp_path / "r2.json")),
+                ]
+            )
+        assert not (tmp_path / "index2").exists()  # refused before the build
 
 
 # Credentials a user's shell may hold while the pipeline runs; none may reach an output, the store or the log.

@@ -160,6 +160,27 @@ def _once_each(path: str | Path, parse) -> list:
     return kept
 
 
+def examples(items: Iterable[str], limit: int = 5) -> str:
+    """The first `limit` of the sorted items, quoted, and how many more.
+
+    >>> examples(["c", "a", "b"], limit=2)
+    "'a', 'b' and 1 more"
+    """
+    items = sorted(items)
+    shown = ", ".join(repr(item) for item in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_supporting_ids(questions: Iterable[Question], passages: Iterable[Passage], source: str = "") -> None:
+    """Refuse questions whose supporting passage ids name no passage (their recall@k would count a miss that no
+    retriever could avoid); `source` starts the message (the question file)."""
+    known = {p.id for p in passages}
+    missing = {f"{q.id} -> {pid}" for q in questions for pid in q.supporting_passage_ids if pid not in known}
+    if missing:
+        where = f"{source}: " if source else ""
+        raise DataError(f"{where}supporting passages missing from the corpus: {examples(missing)}")
+
+
 def interleave(questions: Iterable[Question]) -> list[Question]:
     """Round-robin over benchmarks (in order of first appearance), file order within each benchmark."""
     groups: dict[str, list[Question]] = {}

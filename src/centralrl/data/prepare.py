@@ -22,7 +22,7 @@ from pathlib import Path
 from centralrl.config import CorpusSource, DataConfig, QuestionSource
 from centralrl.errors import ConfigError, DataError
 from centralrl.metrics import normalize_answer
-from centralrl.schema import SPLITS, Passage, Question
+from centralrl.schema import SPLITS, Passage, Question, check_supporting_ids, examples
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,6 @@ class Dataset:
 
     def split(self, name: str) -> list[Question]:
         return [q for q in self.questions if q.split == name]
-
-
-def _examples(items: Iterable[str], limit: int = 5) -> str:
-    items = sorted(items)
-    shown = ", ".join(repr(item) for item in items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def merge_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
@@ -57,7 +51,7 @@ def merge_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
 def check_unique_ids(questions: list[Question]) -> None:
     repeated = [qid for qid, n in Counter(q.id for q in questions).items() if n > 1]
     if repeated:
-        raise DataError(f"question ids occur more than once: {_examples(repeated)}")
+        raise DataError(f"question ids occur more than once: {examples(repeated)}")
 
 
 def overlapping_train(questions: list[Question]) -> dict[str, str]:
@@ -77,7 +71,7 @@ def check_no_overlap(questions: list[Question]) -> None:
     clashes = [f"{test} = train {train}" for train, test in overlapping_train(questions).items()]
     if clashes:
         raise DataError(
-            f"{len(clashes)} evaluation question(s) also appear in training: {_examples(clashes)}; "
+            f"{len(clashes)} evaluation question(s) also appear in training: {examples(clashes)}; "
             "remove them from one split (never train on a dev or test file), or set data.train_overlap: drop"
         )
 
@@ -88,21 +82,14 @@ def drop_overlap(questions: list[Question]) -> tuple[list[Question], int]:
     return [q for q in questions if not (q.split == "train" and q.id in copies)], len(copies)
 
 
-def check_supporting_ids(questions: list[Question], passages: list[Passage]) -> None:
-    known = {p.id for p in passages}
-    missing = {f"{q.id} -> {pid}" for q in questions for pid in q.supporting_passage_ids if pid not in known}
-    if missing:
-        raise DataError(f"supporting passages missing from the corpus: {_examples(missing)}")
-
-
 def _listing(problems: list[str], limit: int = 5) -> str:
     more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
     return "; ".join(problems[:limit]) + more
 
 
 def check_bounds(questions: list[Question], passages: list[Passage], data: DataConfig, origin: str) -> None:
-    """Refuse, naming each row and `origin` (its file), an over-long question or passage and a golden answer
-    that normalizes to the empty string."""
+    """Refuse, naming each row and `origin` (its file), an over-long question or passage, a passage without
+    text and a golden answer that normalizes to the empty string."""
     problems = [
         f"question {q.id} ({q.benchmark}) has {len(q.question)} characters, above data.max_question_chars "
         f"{data.max_question_chars}"
@@ -115,6 +102,11 @@ def check_bounds(questions: list[Question], passages: list[Passage], data: DataC
         for q in questions
         for answer in q.golden_answers
         if not normalize_answer(answer)
+    ]
+    problems += [
+        f"passage {p.id} ({p.title!r}) has no text: a retriever would hand a role its title alone"
+        for p in passages
+        if not p.text
     ]
     problems += [
         f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars "
