@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -13,12 +14,21 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 REALQA = REPO.parent / "shared" / "data" / "realqa"
 
+
+
+def _private_prefect_home() -> str:
+    """A new folder for Prefect's database, removed when this process exits (each run left one in /tmp)."""
+    home = tempfile.mkdtemp(prefix="centralrl-prefect-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
+
+
 # Prefect reads these at import: keep its database out of the user's home and skip the analytics ping.
 if "PYTEST_XDIST_WORKER" in os.environ:  # each worker its own database (workers inherit the controller's env),
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="centralrl-prefect-")
+    os.environ["PREFECT_HOME"] = _private_prefect_home()
     os.environ["OMP_NUM_THREADS"] = "1"  # and one torch thread, here and in its subprocesses: two workers share
-else:  # the cores, and two threads each made decoding several times slower here
-    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="centralrl-prefect-"))
+elif "PREFECT_HOME" not in os.environ:  # the cores, and two threads each made decoding several times slower here
+    os.environ["PREFECT_HOME"] = _private_prefect_home()
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
