@@ -8,6 +8,7 @@ filled in for every cell the params name; a missing file is an error that names 
 from __future__ import annotations
 
 import argparse
+import string
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,43 @@ from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from centralrl.report import closed_book, write_report
 from centralrl.tracking import cell_tags, open_tracker
 from stages.cli import run_stage, stage_parser
+
+
+def pattern(*placeholders: str) -> Callable[[str], str]:
+    """An argparse type: a path pattern whose {placeholders} are among these (a typo would fail only after
+    every file before it was read).
+
+    >>> pattern("arm", "seed")("train/{arm}/seed{seed}/history.jsonl")
+    'train/{arm}/seed{seed}/history.jsonl'
+    >>> pattern("arm", "seed")("train/{arms}/history.jsonl")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 'train/{arms}/history.jsonl': unknown placeholder {arms}; it may use {arm}, {seed}
+    """
+
+    def parse(value: str) -> str:
+        try:
+            used = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{value!r}: {error}") from None
+        unknown = sorted(used - set(placeholders))
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: unknown placeholder {', '.join('{' + u + '}' for u in unknown)}; it may use "
+                + ", ".join("{" + p + "}" for p in placeholders)
+            )
+        return value
+
+    return parse
+
+
+def checked_history_row(row: dict, where: str) -> dict:
+    """A training history row holding what the report reads: a numeric `step` and `reward_mean`, and
+    `spent.flops` (the dev curve's x) in a row where the dev split was scored."""
+    needed = ["step", "reward_mean"] + (["spent.flops"] if any(k.startswith("dev.") for k in row) else [])
+    for key in needed:
+        if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
+            raise DataError(f"{where}: field {key!r} must be a number, got {row.get(key)!r}")
+    return row
 
 
 def _rows(path: Path, stage: str, check: Callable[[dict, str], dict] = lambda row, where: row) -> list[dict]:
@@ -69,7 +107,9 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
         }
         histories[b] = {
             arm: {
-                s: _rows(Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
+                s: _rows(
+                    Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}", checked_history_row
+                )
                 for s in cfg.seeds
             }
             for arm in cfg.arms
@@ -86,12 +126,31 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    parser.add_argument("--records", required=True, help="input pattern: a trained cell's records per budget")
-    parser.add_argument("--reference-records", required=True, help="input pattern: a reference's records")
-    parser.add_argument("--budgets", required=True, help="input pattern: a trained cell's budget cuts (budgets.json)")
-    parser.add_argument("--history", required=True, help="input pattern: a trained cell's per-step history")
+    cell, budget, reference = (
+        ("backbone", "arm", "seed"),
+        ("backbone", "arm", "seed", "budget"),
+        ("backbone", "reference"),
+    )
     parser.add_argument(
-        "--movement", required=True, help="input pattern: a trained cell's role movement per budget (evaluate)"
+        "--records", required=True, type=pattern(*budget), help="input pattern: a trained cell's records per budget"
+    )
+    parser.add_argument(
+        "--reference-records", required=True, type=pattern(*reference), help="input pattern: a reference's records"
+    )
+    parser.add_argument(
+        "--budgets",
+        required=True,
+        type=pattern(*cell),
+        help="input pattern: a trained cell's budget cuts (budgets.json)",
+    )
+    parser.add_argument(
+        "--history", required=True, type=pattern(*cell), help="input pattern: a trained cell's per-step history"
+    )
+    parser.add_argument(
+        "--movement",
+        required=True,
+        type=pattern(*cell),
+        help="input pattern: a trained cell's role movement per budget (evaluate)",
     )
     parser.add_argument(
         "--data",

@@ -131,6 +131,15 @@ def test_check_names_the_stage_and_the_uncovered_file(workspace):
     assert result.returncode == 1 and "src/centralrl/report.py" in gaps["compare"].split(", ")
 
 
+def test_check_refuses_a_file_dvc_would_not_read_as_a_pipeline(tmp_path):
+    other = tmp_path / "pipeline.yaml"  # was: no stage matched it, so "every stage's deps cover ..." and exit 0
+    other.write_text("stages: {}\n")
+    result = codedeps(tmp_path, "--check", "pipeline.yaml")
+    assert result.returncode == 2 and "pipeline.yaml: DVC reads a pipeline only from a file named dvc.yaml" in (
+        result.stderr
+    )
+
+
 @pytest.mark.slow
 def test_refreshed_lock_then_a_code_edit_reruns_exactly_the_stages_that_import_it(workspace):
     before = (workspace / "dvc.lock").read_bytes()

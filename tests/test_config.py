@@ -45,6 +45,13 @@ def test_mistyped_value_names_path_and_value(tmp_path):
         load_config(params)
 
 
+@pytest.mark.parametrize("threads", [0, "two", True])
+def test_threads_is_auto_or_a_positive_count_in_one_message(tmp_path, threads):
+    with pytest.raises(ConfigError, match=r"invalid params.*:\n  threads: must be auto or a whole number") as error:
+        load_config(write_params(tmp_path, {"threads": threads}))
+    assert str(error.value).count("\n") == 1  # was: one line per union member, named literal['auto'], constrained-int
+
+
 def test_invariants_explain_what_is_allowed(tmp_path):
     params = write_params(tmp_path, {"retrieval": {"b": 1.5}, "data": {"questions": [{"kind": "popqa", "path": "x"}]}})
     with pytest.raises(ConfigError) as error:

@@ -173,6 +173,41 @@ def test_a_record_the_statistics_cannot_read_is_named(change, named):
         checked_record({k: v for k, v in (record | change).items() if v is not None}, "r.jsonl:4")
 
 
+def test_cells_that_file_one_question_under_two_benchmarks_are_refused():
+    from centralrl.compare import check_same_questions
+
+    cells = {"base": [{"id": "q1", "benchmark": "nq"}], "joint-seed0": [{"id": "q1", "benchmark": "popqa"}]}
+    with pytest.raises(DataError, match=re.escape("joint-seed0 answered other questions than base (1 vs 1; (id, ")):
+        check_same_questions(cells)
+
+
+@pytest.mark.parametrize(
+    "row, named",
+    [
+        ({"step": 1}, "'reward_mean' must be a number, got None"),
+        ({"step": 1, "reward_mean": "high"}, "'reward_mean' must be a number, got 'high'"),
+        ({"step": 2, "reward_mean": 0.5, "dev.f1": 0.3}, "'spent.flops' must be a number, got None"),
+    ],
+)
+def test_a_history_row_the_report_cannot_read_is_named(row, named):
+    from stages.compare import checked_history_row
+
+    assert checked_history_row({"step": 1, "reward_mean": 0.25}, "h.jsonl:1")["reward_mean"] == 0.25
+    with pytest.raises(DataError, match=re.escape(f"h.jsonl:3: field {named}")):
+        checked_history_row(row, "h.jsonl:3")
+
+
+def test_a_pattern_with_an_unknown_placeholder_is_a_usage_error(capsys):
+    from stages import compare
+
+    args = {name: "x/{arm}/{seed}" for name in ("records", "budgets", "history", "movement")}
+    args |= {"reference-records": "x/{reference}", "history": "train/{arm}/{sede}/history.jsonl"}
+    with pytest.raises(SystemExit) as stop:
+        compare.main([*(f"--{k}={v}" for k, v in args.items()), "--report=r", "--metrics=m.json"])
+    assert stop.value.code == 2
+    assert "--history: 'train/{arm}/{sede}/history.jsonl': unknown placeholder {sede}" in capsys.readouterr().err
+
+
 def test_a_training_seed_outside_the_matrix_is_a_usage_error(tmp_path, capsys):
     from stages import train
 
@@ -200,6 +235,27 @@ def test_a_full_disk_names_the_output_and_keeps_the_previous_one(stage):
     assert f"{target}: could not be written (No space left on device)" in done.stderr
     assert target.read_text() == '{\n  "old": true\n}\n'
     assert sorted(p.name for p in stage.glob(".*")) == []  # no temporary left
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder that refuses new entries: mode 555, and for root (whom modes do not stop) the immutable flag."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("root, and chattr +i is not allowed here: no folder can refuse root a new file")
+    yield folder
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+def test_a_folder_that_refuses_new_files_is_said_of_the_output_not_the_temporary(read_only_folder):
+    for write in (lambda path: write_json(path, {}), lambda path: atomic_directory(path).__enter__()):
+        target = read_only_folder / "out"
+        with pytest.raises(OutputError, match=re.escape(f"{target}: could not be written (")):
+            write(target)  # was: PermissionError naming ro/.out.<pid>.<random>.incomplete
 
 
 def test_a_bug_keeps_its_traceback(stage):
@@ -245,6 +301,13 @@ def test_outputs_written_together_are_replaced_together_or_not_at_all(tmp_path):
                 write_rows(handle, [{"id": "p1", "text": text}], path)
     assert [p.read_text() for p in paths] == ["old\n"] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "test.jsonl", "train.jsonl"]
+
+
+def test_a_params_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    params = tmp_path / "params.yaml"  # was: the second harness section replaced the first one silently
+    params.write_text("profile: smoke\nharness:\n  max_turns: 3\nseeds: [0]\nharness:\n  temperature: 0.5\n")
+    with pytest.raises(ConfigError, match=r"key 'harness' given twice \(first on line 2\)\n.*params\.yaml\", line 5"):
+        load_config(params)
 
 
 def test_undecodable_and_surrogate_lines_name_file_and_line(tmp_path):

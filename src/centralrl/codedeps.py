@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     dvc_yaml = args.check or args.refresh_lock
     if not dvc_yaml.is_file():
         parser.error(f"{dvc_yaml}: no such file")
+    if dvc_yaml.name != "dvc.yaml":  # DVC reads no other name, so no stage would match and the check would pass
+        parser.error(f"{dvc_yaml}: DVC reads a pipeline only from a file named dvc.yaml")
     try:
         return _print_gaps(uncovered_sources(dvc_yaml)) if args.check else _print_refreshed(dvc_yaml)
     except CentralRLError as error:
@@ -189,7 +191,10 @@ def _open_repo(root: Path) -> Repo:
 
 def _pipeline_stages(repo: Repo, dvc_yaml: Path) -> list[PipelineStage]:
     path = Path(dvc_yaml).resolve()
-    return [stage for stage in repo.index.stages if Path(stage.path).resolve() == path]
+    stages = [stage for stage in repo.index.stages if Path(stage.path).resolve() == path]
+    if not stages:
+        raise CentralRLError(f"{dvc_yaml}: no stages")
+    return stages
 
 
 def _file_deps(stage: PipelineStage) -> list:

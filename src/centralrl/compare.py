@@ -65,13 +65,16 @@ def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]
 
 
 def check_same_questions(records: Mapping[str, Sequence[dict]]) -> None:
-    """Every evaluated cell must answer exactly the same question ids, or nothing can be paired."""
-    ids = {name: sorted(r["id"] for r in rows) for name, rows in records.items()}
-    first, expected = next(iter(ids.items()))
-    for name, got in ids.items():
+    """Every evaluated cell must answer exactly the same questions, each under the same benchmark, or nothing
+    can be paired (nor macro-averaged over the same benchmarks)."""
+    asked = {name: sorted((r["id"], r["benchmark"]) for r in rows) for name, rows in records.items()}
+    first, expected = next(iter(asked.items()))
+    for name, got in asked.items():
         if got != expected:
+            odd = ", ".join(map(str, sorted(set(got) ^ set(expected))[:4]))
             raise DataError(
-                f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}); rerun its evaluation"
+                f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}; (id, benchmark) in "
+                f"one only: {odd}); rerun its evaluation"
             )
 
 

@@ -11,6 +11,7 @@ Every section rejects unknown keys and wrong types, and names the offending para
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -687,11 +688,19 @@ class Config(Section):
     )
     compare: CompareConfig = Field(default_factory=CompareConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
-    threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+    threads: Literal["auto"] | int = Field(
         "auto",
         description="torch CPU threads of every stage: auto = the CPUs this process may use (affinity and cgroup "
         "quota); 1 when several stages or tests share a small machine",
     )
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _auto_or_positive(cls, value: object) -> object:
+        """One message for the two forms (a plain union reported each of its members' errors by internal name)."""
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("must be auto or a whole number of threads from 1")
 
     @model_validator(mode="after")
     def _names_resolve(self) -> Config:
@@ -784,9 +793,26 @@ def deep_merge(base: dict, overlay: dict) -> dict:
     return merged
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping: YAML keeps the last one silently, so a
+    second `harness:` section would replace the first one's settings with the defaults."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {first_line[key]})", key_node.start_mark
+                )
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open(encoding="utf-8") as stream:  # a stream, so YAML's messages name the file
+            loaded = yaml.load(stream, Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 (byte {error.object[error.start]:#04x}); save it as UTF-8") from None
     except yaml.YAMLError as error:

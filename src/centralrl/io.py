@@ -18,9 +18,9 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import psutil
 
@@ -29,6 +29,8 @@ from centralrl.errors import DataError, OutputError
 TEMP_SUFFIX = ".incomplete"
 # errors that say the output cannot be written where it is asked for; any other OSError is left as it is
 UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# and where a folder refuses new entries: said of the output, not of the temporary name that met it
+UNCREATABLE = UNWRITABLE | {errno.EACCES, errno.EPERM}
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape that decodes to a UTF-16 surrogate
 
 
@@ -65,13 +67,22 @@ def _prepare(target: Path) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        _raise_unwritable(error, target)
+        _raise_unwritable(error, target, UNCREATABLE)
     clean_stale_temporaries(target.parent)
 
 
-def _raise_unwritable(error: OSError, target: Path) -> None:
-    """Re-raise an OSError that says `target` cannot be written as an OutputError naming it."""
-    if error.errno in UNWRITABLE:
+def _temporary_beside(target: Path, make: Callable[..., Any]) -> Any:
+    """`make` (tempfile.mkstemp or mkdtemp) in `target`'s folder, under a name of `target`'s."""
+    try:
+        return make(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
+    except OSError as error:
+        _raise_unwritable(error, target, UNCREATABLE)
+
+
+def _raise_unwritable(error: OSError, target: Path, causes: set[int] = UNWRITABLE) -> NoReturn:
+    """Re-raise an OSError that says `target` cannot be written (its errno in `causes`) as an OutputError naming
+    it; any other as it is."""
+    if error.errno in causes:
         raise OutputError(
             f"{target}: could not be written ({os.strerror(error.errno)}); "
             f"the previous version, if any, is left as it was"
@@ -84,7 +95,7 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file next to `path`; on success move it over `path`, on error delete it."""
     target = Path(path)
     _prepare(target)
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
+    fd, tmp = _temporary_beside(target, tempfile.mkstemp)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
@@ -121,7 +132,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     target = Path(path)
     _prepare(target)
-    tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
+    tmp = Path(_temporary_beside(target, tempfile.mkdtemp))
     try:
         yield tmp
         _fsync_tree(tmp)
@@ -138,7 +149,7 @@ def _replace_directory(new: Path, target: Path) -> None:
     if not target.exists():
         os.replace(new, target)
         return
-    old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
+    old = Path(_temporary_beside(target, tempfile.mkdtemp))
     os.replace(target, old)  # onto the empty directory just made: atomic, and the name is ours
     os.replace(new, target)
     shutil.rmtree(old)
