@@ -146,7 +146,7 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     for name in ("profiles", "stages", "flows", "src"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    smoke = params | {"profile": "smoke", "seeds": [0, 1]}  # two seeds are enough to see every cell kind
+    smoke = params | {"profile": "smoke", "seeds": [0]}  # every cell kind; more seeds are more of the same processes
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False))
     _run(["git", "init", "-q"], tmp_path)
     _run(["dvc", "init", "-q"], tmp_path)
@@ -156,7 +156,7 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     lock = (tmp_path / "dvc.lock").read_text()
     for cell in (
         "train@central_only-0-main",
-        "train@joint-1-main",
+        "train@joint-0-main",
         "evaluate@joint-0-main",
         "evaluate_reference@single_agent-main",
     ):
@@ -167,7 +167,7 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
     equal_tokens = result["backbones"]["main"]["budgets"]["equal_tokens"]
     for metric in ("f1", "acc"):
         assert equal_tokens["claim"][metric]["verdict"] in ("supported", "contradicted", "inconclusive")
-        assert set(equal_tokens["claim"][metric]["seeds"]) == {"0", "1"}
+        assert set(equal_tokens["claim"][metric]["seeds"]) == {"0"}
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Verdict" in report and "## What each arm spent" in report and "47.79" in report
     assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"training_main.png", "f1_vs_compute_main.png"}
@@ -181,8 +181,8 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
             "repro",
             "--force",
             "--single-item",
-            "train@central_only-1-main",
-            "evaluate@central_only-1-main",
+            "train@central_only-0-main",
+            "evaluate@central_only-0-main",
             "compare",
         ],
         tmp_path,
@@ -202,7 +202,7 @@ def _assert_one_parent_run(store: Path) -> None:
         (r.data.tags["stage"], r.data.tags.get("arm"), r.data.tags.get("seed"), r.data.tags.get("budget"))
         for r in children
     }
-    assert ("evaluate", "joint", "1", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
+    assert ("evaluate", "joint", "0", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
     assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)
     assert {r.data.tags["cpu_bf16"] for r in children} <= {"yes", "no"}
     assert all(r.data.tags["cpu_capability"] and r.data.tags["torch"] == torch.__version__ for r in children)
