@@ -15,7 +15,6 @@ REPO = Path(__file__).resolve().parents[1]
 REALQA = REPO.parent / "shared" / "data" / "realqa"
 
 
-
 def _private_prefect_home() -> str:
     """A new folder for Prefect's database, removed when this process exits (each run left one in /tmp)."""
     home = tempfile.mkdtemp(prefix="centralrl-prefect-")

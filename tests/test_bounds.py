@@ -1,5 +1,5 @@
 """Bounded inputs: prepare_data refuses an over-long question or passage, a passage without text and a golden
-answer that normalizes to nothing (a blank one included), naming the row and its file; the harness cuts every
+answer that is blank or normalizes to nothing, naming the row and its file; the harness cuts every
 prompt to the model's context, so a huge question still runs on a tiny Qwen2 with few positions."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_a_golden_answer_that_normalizes_to_nothing_is_refused(tmp_path):
 
 def test_a_blank_golden_answer_beside_good_ones_is_refused_not_dropped_silently(tmp_path):
     rows = [{"id": "poet", "question": "Who wrote Hamlet?", "answer": ["Shakespeare", "  "]}]
-    with pytest.raises(DataError, match=r"question nq/poet \(nq\): golden answer '' normalizes to the empty string"):
+    with pytest.raises(DataError, match=r"qa\.jsonl:1 \(id poet\): field 'answer' holds a blank answer beside usable"):
         _collect(tmp_path, rows)
 
 
@@ -79,13 +79,13 @@ def test_a_passage_without_text_is_refused_naming_its_title_and_file(tmp_path):
 
 def test_with_empty_answers_drop_such_answers_go_and_are_counted(tmp_path):
     rows = [
-        {"id": "blood", "question": "Most common blood type in Sweden?", "answer": ["A+", "AB+", " "]},
+        {"id": "blood", "question": "Most common blood type in Sweden?", "answer": ["A+", "AB+"]},
         {"id": "dash", "question": "What is the symbol?", "answer": ["---"]},
         {"id": "ok", "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
     ]
     dataset = _collect(tmp_path, rows, empty_answers="drop")
     assert {q.id: q.golden_answers for q in dataset.questions} == {"nq/blood": ("AB+",), "nq/ok": ("Shakespeare",)}
-    assert counts(dataset)["golden_answers_dropped_as_empty"] == 3
+    assert counts(dataset)["golden_answers_dropped_as_empty"] == 2
 
 
 def test_the_default_limits_admit_the_realqa_samples(realqa_dir):

@@ -81,20 +81,22 @@ def field(mapping: dict, key: str, kind: type | tuple[type, ...], where: str) ->
 
 def answers(value: Any, key: str, where: str) -> tuple[str, ...]:
     """Golden answers from a string, a number or a list of them: stripped, as strings, deduplicated in order.
-    A blank answer beside usable ones is kept (as ""), so prepare_data's `data.empty_answers` refuses it or
-    drops and counts it, like any answer that normalizes to nothing.
+    A blank answer beside usable ones is refused (it was dropped without a word): the row is malformed.
 
-    >>> answers([" Paris", 1889, "Paris", 3.0, " "], "answer", "f:1")
-    ('Paris', '1889', '3', '')
+    >>> answers([" Paris", 1889, "Paris", 3.0], "answer", "f:1")
+    ('Paris', '1889', '3')
     """
     kept: list[str] = []
-    for item in value if isinstance(value, list) else [value]:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise DataError(f"{where}: field '{key}' holds a {type(item).__name__}; answers are strings or numbers")
         text = str(int(item)) if isinstance(item, float) and item.is_integer() else str(item)
-        if text.strip() not in kept:
+        if text.strip() and text.strip() not in kept:
             kept.append(text.strip())
-    if not any(kept):
+    if kept and any(isinstance(item, str) and not item.strip() for item in items):
+        raise DataError(f"{where}: field '{key}' holds a blank answer beside usable ones (got {value!r})")
+    if not kept:
         raise DataError(f"{where}: no usable answer in field '{key}' (got {value!r})")
     return tuple(kept)
 
