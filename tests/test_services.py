@@ -138,9 +138,15 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path):
+def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch):
+    """... and a run logging to that MLflow server when it stops is told so in one error (not a traceback after
+    minutes of retries)."""
     need("prefect", "mlflow")
+    import mlflow
     import psutil
+
+    from centralrl.errors import TrackingError
+    from centralrl.tracking import MlflowTracker
 
     prefect_port, mlflow_port = services.free_port(), services.free_port()
     command = [
@@ -186,9 +192,16 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path):
         assert services.answers(f"http://127.0.0.1:{mlflow_port}/health")
         children = psutil.Process(ui.pid).children(recursive=True)
         assert len(children) >= 2
-        ui.send_signal(signal.SIGINT)
-        assert ui.wait(60) == 0
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the default ~30 s of retries, cut short
+        tracker = MlflowTracker(f"http://user:secret@127.0.0.1:{mlflow_port}", "probe")
+        with pytest.raises(TrackingError, match=r"user:\*\*\*@.*no MLflow server answers.*stopped answering while"):
+            with tracker.run("cell"):
+                tracker.log_metrics({"reward": 0.5}, step=1)
+                ui.send_signal(signal.SIGINT)
+                assert ui.wait(60) == 0
+                tracker.log_metrics({"reward": 0.6}, step=2)
     finally:
+        mlflow.set_tracking_uri(None)
         if ui.poll() is None:
             ui.kill()
     assert not [child.pid for child in children if _alive(child.pid)]

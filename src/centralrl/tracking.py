@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from centralrl.errors import TrackingError
 from centralrl.hardware import hardware_tags
 from centralrl.redact import redact
 from centralrl.services import check_reachable
@@ -104,53 +106,94 @@ class NullTracker:
         pass
 
 
+# How long MLflow keeps asking a tracking server that stopped answering, unless the environment says otherwise:
+# about 30 s of retries (1 + 2 + 4 + 8 + 16 s), where MLflow's own defaults spent 4.5 minutes before the error.
+HTTP_RETRY_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
+}
+
+
 class MlflowTracker:
     """MLflow through its public API: one run per `run()`, under the experiment's parent run when `parent` is
-    given; runs started inside another run nest under it."""
+    given; runs started inside another run nest under it. A server that stops answering during the run gives a
+    `TrackingError` that says so (`_server_checked`), after about 30 s of retries (`HTTP_RETRY_DEFAULTS`)."""
 
     def __init__(self, uri: str, experiment: str, system_metrics: bool = False) -> None:
         import mlflow
 
         self.mlflow = mlflow
+        self.uri = uri
         self.system_metrics = system_metrics
+        for name, value in HTTP_RETRY_DEFAULTS.items():
+            os.environ.setdefault(name, value)
         mlflow.set_tracking_uri(uri)
-        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        with self._server_checked():
+            self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+
+    @contextmanager
+    def _server_checked(self) -> Iterator[None]:
+        """MLflow's error as it is, unless the tracking server no longer answers: then a TrackingError naming it
+        (MLflow's own says "Max retries exceeded" in a wall of text)."""
+        try:
+            yield
+        except self.mlflow.exceptions.MlflowException:
+            try:
+                check_reachable(self.uri)
+            except TrackingError as gone:
+                raise TrackingError(
+                    f"{gone} (it stopped answering while the stage ran; what the stage wrote before is kept, and a "
+                    "train stage resumes from its last checkpoint when rerun)"
+                ) from None
+            raise
 
     def parent_run(self, cfg: Config) -> str:
         """The id of the experiment's parent run, created (finished, holding the params) if it is not there yet."""
         key = experiment_key(cfg)
-        found = self.mlflow.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{key}'", max_results=1, output_format="list"
-        )
-        if found:
-            return found[0].info.run_id
-        with self.mlflow.start_run(
-            run_name=f"{cfg.profile} {key[:8]}", tags={PARENT_TAG: key, "profile": cfg.profile}
-        ) as run:
-            self.mlflow.log_params(flatten(cfg.model_dump(mode="json")))
-        return run.info.run_id
+        with self._server_checked():
+            found = self.mlflow.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{PARENT_TAG}` = '{key}'",
+                max_results=1,
+                output_format="list",
+            )
+            if found:
+                return found[0].info.run_id
+            with self.mlflow.start_run(
+                run_name=f"{cfg.profile} {key[:8]}", tags={PARENT_TAG: key, "profile": cfg.profile}
+            ) as run:
+                self.mlflow.log_params(flatten(cfg.model_dump(mode="json")))
+            return run.info.run_id
 
     @contextmanager
     def run(self, name: str, tags: Mapping[str, str] | None = None, parent: Config | None = None) -> Iterator[Any]:
         nested = self.mlflow.active_run() is not None
         tags = {k: redact(v) for k, v in (tags or {}).items()}
         tags |= {"mlflow.parentRunId": self.parent_run(parent)} if parent is not None else {}
-        with self.mlflow.start_run(
-            run_name=name, tags=tags, nested=nested, log_system_metrics=self.system_metrics and not nested
-        ) as active:
+        with (
+            self._server_checked(),
+            self.mlflow.start_run(
+                run_name=name, tags=tags, nested=nested, log_system_metrics=self.system_metrics and not nested
+            ) as active,
+        ):
             yield active
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self.mlflow.log_params(flatten(params))
+        with self._server_checked():
+            self.mlflow.log_params(flatten(params))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+        with self._server_checked():
+            self.mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.mlflow.log_text(redact(text), artifact_file)
+        with self._server_checked():
+            self.mlflow.log_text(redact(text), artifact_file)
 
     def log_artifact(self, path: str | Path) -> None:
-        self.mlflow.log_artifact(str(path))
+        with self._server_checked():
+            self.mlflow.log_artifact(str(path))
 
 
 def open_tracker(tracking: TrackingConfig) -> MlflowTracker:
