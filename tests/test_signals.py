@@ -34,11 +34,13 @@ def dvc_project(folder: Path) -> None:
 
 
 def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
+    prefect_home.mkdir(exist_ok=True)
     env = os.environ | {
         "PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(REPO),
         "PREFECT_HOME": str(prefect_home),
         "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(prefect_home),  # a SIGKILLed stage cannot remove its Prefect server's log folder
     }
     env.pop("PREFECT_API_URL", None)
     # the log goes to a file, not a pipe: nobody reads a pipe while the test waits, and a full one (64 KB of
