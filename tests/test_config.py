@@ -1,5 +1,7 @@
 """The typed config: defaults load, every profile validates, bad params are named by dotted path."""
 
+import shutil
+
 import pytest
 import yaml
 
@@ -106,3 +108,32 @@ def test_claim_must_name_two_arms(tmp_path):
     with pytest.raises(ConfigError, match=r"claim names \['jiont'\], which are not arms") as error:
         load_config(params)
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ({"harness": {"temperature": float("inf")}}, r"harness\.temperature: Input should be a finite number"),
+        ({"seeds": [-1]}, r"seeds\.0: Input should be greater than or equal to 0"),  # a stage name "train@a--1-main"
+        ({"compare": {"seed": -1}}, r"compare\.seed: Input should be greater than or equal to 0"),  # numpy refuses it
+        ({"tracking": {"experiment": ""}}, r"tracking\.experiment: String should have at least 1 character"),
+        ({"tracking": {"uri": "mlflow.db"}}, r"tracking\.uri: a file store .* which MLflow 3 refuses"),
+        ({"lora": {"target_modules": []}}, r"lora\.target_modules: List should have at least 1 item"),
+        (
+            {"data": {"questions": [{"kind": "synthetic", "limit": 10**20}]}},
+            r"data\.questions\.0\.limit: Input should",
+        ),
+    ],
+)
+def test_values_a_stage_would_fail_on_late_are_refused_at_load(tmp_path, override, named):
+    """Each was accepted: the first stage to use it failed with a traceback, some after their work."""
+    with pytest.raises(ConfigError, match=named):
+        load_config(write_params(tmp_path, override))
+
+
+def test_a_number_yaml_read_as_text_gets_a_hint(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    params.write_text("profile: smoke\ntrain:\n  grpo:\n    learning_rate: 1e-4\n")
+    with pytest.raises(ConfigError, match=r"\(got '1e-4'\); YAML reads 1e-4 as text: write 1\.0e-4"):
+        load_config(params)

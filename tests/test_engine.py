@@ -206,3 +206,11 @@ def test_the_roomy_cache_holds_what_transformers_cache_holds(lively):
     assert torch.equal(logits[0], logits[1])
     for roomy, dynamic in zip(caches[0].layers, caches[1].layers):
         assert torch.equal(roomy.keys, dynamic.keys) and torch.equal(roomy.values, dynamic.values)
+
+
+def test_a_lora_target_that_names_no_module_of_the_backbone_is_refused(tiny_backbone):
+    from centralrl.errors import ConfigError
+
+    model, _ = load_backbone(tiny_backbone)  # peft: a traceback when no target matches, silence when one does
+    with pytest.raises(ConfigError, match=r"lora\.target_modules: \['qproj'\] name no module of the backbone \(Qwen2"):
+        attach_adapters(model, ADAPTERS, LoraConfig(target_modules=["q_proj", "qproj"]))

@@ -400,3 +400,23 @@ def test_a_port_out_of_range_is_a_usage_error(port, capsys):
     with pytest.raises(SystemExit) as stop:
         services.main(["ui", "--prefect-port", port])
     assert stop.value.code == 2 and f"{port!r} is not a port (1 to 65535)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--log-dir", "{file}"], "argument --log-dir: {file}: exists and is not a folder"),  # was: FileExistsError
+        (["--prefect-home", "{file}"], "argument --prefect-home: {file}: exists and is not a folder"),
+        (
+            ["--timeout", "-1"],
+            "argument --timeout: '-1' is not a number of seconds above 0",
+        ),  # was: the server's fault
+        (["--prefect-port", "4301", "--mlflow-port", "4301"], "are both 4301; each server needs its own"),
+    ],
+)
+def test_ui_refuses_arguments_it_cannot_use_before_starting_anything(tmp_path, capsys, args, named):
+    file = tmp_path / "afile"
+    file.write_text("")
+    with pytest.raises(SystemExit) as stop:
+        services.main(["ui", *(a.format(file=file) for a in args)])
+    assert stop.value.code == 2 and named.format(file=file) in capsys.readouterr().err

@@ -11,6 +11,7 @@ Every section rejects unknown keys and wrong types, and names the offending para
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Literal
@@ -24,15 +25,17 @@ from centralrl.errors import ConfigError
 from centralrl.models.backbone import DTYPES, SOURCES
 from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES, QUESTION_SAMPLINGS
 from centralrl.redact import has_credentials, redact
+from centralrl.services import is_file_store
 
 DEFAULT_PROFILE = "default"
 MATRIX_AXES = ("seeds", "backbones", "references", "arms")  # expanded by dvc.yaml from params.yaml itself
 
 
 class Section(BaseModel):
-    """Base of every config section: frozen, strict types, unknown keys rejected."""
+    """Base of every config section: frozen, strict types, unknown keys rejected, no infinity or NaN (`gt=0`
+    lets .inf through, and a learning rate or budget of .inf is never meant)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SyntheticConfig(Section):
@@ -75,7 +78,9 @@ class QuestionSource(Section):
     path: str | None = None
     benchmark: str | None = Field(None, description="benchmark name written into each row")
     split: Literal["train", "test"] | None = None
-    limit: int | None = Field(None, ge=1, description="keep the first N questions of the file (file order)")
+    limit: int | None = Field(
+        None, ge=1, le=sys.maxsize, description="keep the first N questions of the file (file order)"
+    )
     source_filter: str | None = Field(None, description="qa_jsonl: keep rows whose `source` equals this")
     dataset_id: str | None = Field(None, description="hf_dataset: e.g. RUC-NLPIR/FlashRAG_datasets")
     dataset_config: str | None = Field(None, description="hf_dataset: config name, e.g. nq")
@@ -98,7 +103,7 @@ class CorpusSource(Section):
 
     kind: Literal[tuple(CORPUS_KINDS)]  # type: ignore[valid-type]
     path: str
-    limit: int | None = Field(None, ge=1, description="keep the first N passages of the file")
+    limit: int | None = Field(None, ge=1, le=sys.maxsize, description="keep the first N passages of the file")
 
 
 class DataConfig(Section):
@@ -337,7 +342,9 @@ class LoraConfig(Section):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="module names (suffixes) that get LoRA; every one must match a module of the backbone",
     )
     sharing: Literal["per_role", "shared"] = Field(
         "per_role",
@@ -405,7 +412,18 @@ class TrackingConfig(Section):
         "it is logged or printed (no stage tracks it, so it stays out of dvc.lock), but "
         "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD keep them out of params.yaml",
     )
-    experiment: str = Field("centralrl", description="MLflow experiment name")
+    experiment: str = Field("centralrl", min_length=1, description="MLflow experiment name")
+
+    @field_validator("uri")
+    @classmethod
+    def _not_a_file_store(cls, uri: str) -> str:
+        if is_file_store(uri):
+            raise ValueError(
+                "a file store (a path or file: URI), which MLflow 3 refuses; use sqlite:///PATH or an MLflow "
+                "server's http(s) URL"
+            )
+        return uri
+
     transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")
     system_metrics: bool = Field(True, description="MLflow system metrics (CPU, memory, GPU) beside every run")
 
@@ -625,7 +643,7 @@ class WarmstartConfig(Section):
 class CompareConfig(Section):
     """The statistics of the `compare` stage (seeded: the same records give the same report)."""
 
-    seed: int = Field(0, description="seed of every bootstrap and permutation draw")
+    seed: int = Field(0, ge=0, description="seed of every bootstrap and permutation draw (numpy: non-negative)")
     resamples: int = Field(2000, ge=100, description="bootstrap resamples per interval")
     permutations: int = Field(
         10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)"
@@ -642,7 +660,7 @@ class CompareConfig(Section):
 
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
-    seeds: list[int] = Field(
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
@@ -779,14 +797,15 @@ class Config(Section):
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
-    """Merge `overlay` into `base`: mappings merge recursively; anything else in overlay replaces.
+    """Merge `overlay` into `base`: mappings merge recursively; anything else in overlay replaces, and so does an
+    empty mapping (`--set arms={}` empties arms; merged, it changed nothing).
 
-    >>> deep_merge({"a": {"x": 1, "y": 2}, "l": [1]}, {"a": {"y": 3}, "l": [2]})
-    {'a': {'x': 1, 'y': 3}, 'l': [2]}
+    >>> deep_merge({"a": {"x": 1, "y": 2}, "l": [1], "e": {"z": 0}}, {"a": {"y": 3}, "l": [2], "e": {}})
+    {'a': {'x': 1, 'y': 3}, 'l': [2], 'e': {}}
     """
     merged = dict(base)
     for key, value in overlay.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
             merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
@@ -824,6 +843,23 @@ def _read_yaml(path: Path) -> dict:
     return loaded
 
 
+def _number_as_text_hint(value: object) -> str:
+    """A hint for a number in exponent form that YAML read as text: YAML 1.1 wants a dot and a signed exponent
+    in a float, so 1e-4 and 3.0e5 are strings.
+
+    >>> _number_as_text_hint("1e-4"), _number_as_text_hint("3.0e5"), _number_as_text_hint("fast")
+    ('; YAML reads 1e-4 as text: write 1.0e-4', '; YAML reads 3.0e5 as text: write 3.0e+5', '')
+    """
+    mantissa, e, exponent = value.lower().partition("e") if isinstance(value, str) else ("", "", "")
+    try:
+        float(value)
+        int(exponent)
+    except (TypeError, ValueError):
+        return ""
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f"; YAML reads {value} as text: write {mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+
+
 def _format(error: ValidationError, source: str) -> str:
     lines = []
     for item in error.errors():
@@ -834,6 +870,7 @@ def _format(error: ValidationError, source: str) -> str:
             message = item["msg"].removeprefix("Value error, ")
         else:
             message = f"{item['msg'].removeprefix('Value error, ')} (got {redact(repr(item['input']))})"
+            message += _number_as_text_hint(item["input"])
         lines.append(f"  {dotted or '<top level>'}: {message}")
     return f"invalid params in {source}:\n" + "\n".join(lines)
 

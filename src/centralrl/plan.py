@@ -477,7 +477,12 @@ def parse_set(assignment: str) -> dict:
         value: Any = yaml.safe_load(raw)
     except yaml.YAMLError as error:
         raise argparse.ArgumentTypeError(f"{assignment!r}: the value is not valid YAML ({error.problem})") from None
-    for part in reversed(key.strip().split(".")):
+    parts = key.strip().split(".")
+    if any(part.isdigit() or not part for part in parts):  # a list item cannot be reached by a dotted path
+        raise argparse.ArgumentTypeError(
+            f"{key.strip()!r}: --set reaches mappings only; give a whole list, e.g. data.questions=[...]"
+        )
+    for part in reversed(parts):
         value = {part: value}
     return value
 
@@ -506,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="also run the preflight checks; exit 1 if any fails")
     args = parser.parse_args(argv)
 
-    overrides: dict = {"profile": args.profile} if args.profile else {}
+    overrides: dict = {"profile": args.profile} if args.profile is not None else {}
     for item in args.sets:
         overrides = deep_merge(overrides, item)
     try:

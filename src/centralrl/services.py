@@ -180,6 +180,15 @@ def _send_queued_prefect_logs(timeout: float = 5.0) -> None:
         APILogWorker.drain_all(timeout=timeout)
 
 
+def is_file_store(uri: str) -> bool:
+    """A path or file: URI, which MLflow 3 refuses as a tracking store ("databricks" names a workspace).
+
+    >>> [is_file_store(u) for u in ("mlflow.db", "file:/x", "sqlite:///m.db", "http://h:5000", "databricks")]
+    [True, True, False, False, False]
+    """
+    return uri.startswith("file:") or ("://" not in uri and uri != "databricks")
+
+
 def start_mlflow(
     port: int = 5000,
     store_uri: str = "sqlite:///mlflow.db",
@@ -189,7 +198,7 @@ def start_mlflow(
 ) -> Service:
     """`mlflow server` on host:port with one worker, the given backend store and proxied artifacts folder."""
     check_port_free(port, "MLflow", host)
-    if store_uri.startswith("file:") or "://" not in store_uri:
+    if is_file_store(store_uri):
         raise ServiceError(
             f"MLflow: store {redact(store_uri)!r} is a file store, which MLflow 3 refuses; use sqlite:///PATH"
         )
@@ -345,6 +354,28 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+def folder_path(text: str) -> str:
+    """A folder from the command line: one that exists, or that can still be made (nothing else in its way)."""
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: exists and is not a folder")
+    return text
+
+
+def positive_seconds(text: str) -> float:
+    """A time limit from the command line: a finite number of seconds above 0.
+
+    >>> positive_seconds("90")
+    90.0
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return seconds
+
+
 def port_number(text: str) -> int:
     """A TCP port from the command line: 1 to 65535.
 
@@ -373,19 +404,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument(
         "--mlflow-artifacts",
+        type=folder_path,
         default="mlartifacts",
         help="folder for artifacts logged through the server (default ./mlartifacts)",
     )
     run.add_argument(
         "--prefect-home",
+        type=folder_path,
         default=None,
         help="PREFECT_HOME of the server (its sqlite database); default: the environment's (~/.prefect)",
     )
-    run.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a new temporary folder)")
     run.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds each server may take to answer (default 120)"
+        "--log-dir",
+        type=folder_path,
+        default=None,
+        help="where the servers' logs go (default: a new temporary folder)",
+    )
+    run.add_argument(
+        "--timeout", type=positive_seconds, default=120.0, help="seconds each server may take to answer (default 120)"
     )
     args = parser.parse_args(argv)
+    if args.prefect_port == args.mlflow_port:
+        parser.error(f"--prefect-port and --mlflow-port are both {args.prefect_port}; each server needs its own")
     return ui(
         args.prefect_port,
         args.mlflow_port,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 from transformers import PreTrainedModel
@@ -66,11 +67,26 @@ def _wrapping() -> Iterator[None]:
         yield
 
 
+def check_target_modules(model: PreTrainedModel, cfg: LoraConfig) -> None:
+    """Refuse a `lora.target_modules` entry that names no module of the backbone (peft matches a module whose
+    name is the entry or ends with "." + it). peft itself fails with a traceback only when none matches, and
+    skips the rest silently, so one mistyped name would train fewer matrices than asked."""
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in cfg.target_modules if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ConfigError(
+            f"lora.target_modules: {missing} name no module of the backbone ({type(model).__name__}); its linear "
+            f"layers are {', '.join(linear)}"
+        )
+
+
 def attach_adapters(model: PreTrainedModel, adapters: dict[str, str | None], cfg: LoraConfig) -> PreTrainedModel:
     """Wrap `model` with one fresh LoRA adapter per distinct adapter name (none at all if every role is frozen)."""
     names = sorted({name for name in adapters.values() if name})
     if not names:
         return model
+    check_target_modules(model, cfg)
     with _wrapping():
         peft_model = get_peft_model(model, _peft_config(cfg), adapter_name=names[0])
     for name in names[1:]:
