@@ -108,3 +108,12 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     (tmp_path / "corpus.jsonl").write_text('{"id": "p1", "text": "no title"}\n')
     assert main(args) == 1
     assert "corpus.jsonl:1 (passage p1): missing field 'title'" in capsys.readouterr().err
+
+
+def test_a_record_field_of_the_wrong_shape_is_named_not_read_letter_by_letter():
+    notes = record("Where was Ada born?", "Paris", ["x"], [["p1"]]) | {"notes": "Paris"}  # was: not_retrieved
+    with pytest.raises(DataError, match=r"r\.jsonl:3: field 'notes' should be a list of strings, got 'Paris'"):
+        where_lost(notes, SHOWN, "r.jsonl:3")
+    empty = record("Where was Ada born?", "Paris", ["x"], [["p1"]]) | {"prediction": None}  # was: AttributeError
+    with pytest.raises(DataError, match=r"r\.jsonl:5: field 'prediction' should be a string, got None"):
+        where_lost(empty, SHOWN, "r.jsonl:5")

@@ -693,3 +693,61 @@ def test_corpus_missing_field_names_file_and_line(tmp_path):
     )
     with pytest.raises(DataError, match=re.escape(f"{path}:2: missing field 'contents'")):
         load_corpus(CorpusSource(kind="flashrag_passages", path=str(path)), tmp_path)
+
+
+# --- malformed rows found by probing (each was a traceback or was taken silently) ----------------------------
+
+
+def test_a_tsv_row_that_is_not_utf8_or_has_more_cells_than_columns_is_named(tmp_path):
+    header = "id\tquestion\tpossible_answers\n"
+    latin = tmp_path / "latin.tsv"
+    latin.write_bytes((header + '1\tWho?\t["A"]\n').encode() + b'2\tCaf\xe9?\t["B"]\n')
+    with pytest.raises(DataError, match=r"latin\.tsv:3: not UTF-8 \(byte 0xe9"):
+        load_questions(source("popqa", latin), tmp_path)
+    wide = tmp_path / "wide.tsv"
+    wide.write_text(header + '1\tWho?\t["A"]\textra\tmore\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"wide\.tsv:2: 2 more cell\(s\) than the header's 3 columns"):
+        load_questions(source("popqa", wide), tmp_path)
+
+
+@pytest.mark.parametrize("bad_id", [True, {"a": 1}, [1, 2], 1.5])
+def test_an_id_that_is_not_a_string_or_a_whole_number_is_refused(tmp_path, bad_id):
+    path = write_jsonl(tmp_path / "qa.jsonl", [{"id": bad_id, "question": "q", "answer": "a"}])
+    with pytest.raises(DataError, match=r"qa\.jsonl:1: an id must be a string or a whole number, got "):
+        load_questions(source("qa_jsonl", path), tmp_path)
+
+
+def test_a_nan_answer_is_refused(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_text('{"id": "1", "question": "q", "golden_answers": [NaN]}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"f\.jsonl:1 \(id 1\): field 'golden_answers' holds nan, which is not an"):
+        load_questions(source("flashrag_jsonl", path), tmp_path)
+
+
+def test_a_musique_paragraph_idx_that_is_not_a_number_is_named(tmp_path):
+    row = {
+        "id": "m1",
+        "question": "q",
+        "answer": "a",
+        "paragraphs": [{"idx": [1], "title": "T", "paragraph_text": "x"}],
+    }
+    path = write_jsonl(tmp_path / "mu.jsonl", [row])
+    with pytest.raises(DataError, match=r"mu\.jsonl:1 \(id m1\) paragraphs\[0\]: field 'idx' should be int, got list"):
+        load_questions(source("musique", path), tmp_path)
+
+
+def test_a_folder_given_as_a_file_is_said_to_be_one(tmp_path):
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path}: a folder, not a file")):
+        load_questions(source("qa_jsonl", tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "config, split, named",
+    [("nosuch", "test", "BuilderConfig 'nosuch' not found"), ("nq", "validation", 'Unknown split "validation"')],
+)
+def test_a_hub_dataset_config_or_split_that_is_not_there_is_named(hub_folder, tmp_path, config, split, named):
+    hub = source("hf_dataset", dataset_id=str(hub_folder), dataset_config=config, dataset_split=split)
+    with pytest.raises(
+        DataError, match=rf"\[{config}/{split}\]: the dataset could not be loaded \({re.escape(named)}"
+    ):
+        load_questions(hub, tmp_path)

@@ -38,7 +38,27 @@ from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
 from centralrl.schema import read_passages
 
 PLACES = ("yes_no", "in_question", "not_retrieved", "in_passages", "in_notes")
-FIELDS = ("question", "golden_answers", "prediction", "notes", "retrieved")  # what an evaluation record must hold
+# what an evaluation record must hold, and its shape: "strings" a list of strings, "hits" a list of such lists
+FIELDS = {
+    "question": "string",
+    "golden_answers": "strings",
+    "prediction": "string",
+    "notes": "strings",
+    "retrieved": "hits",
+}
+
+
+def _shaped(value: object, shape: str) -> bool:
+    """Whether `value` has the shape FIELDS names (a string inside a list of strings would be read letter by
+    letter).
+
+    >>> _shaped("Paris", "strings"), _shaped(["Paris"], "strings"), _shaped([["p1"], []], "hits")
+    (False, True, True)
+    """
+    if shape == "string":
+        return isinstance(value, str)
+    inner = "strings" if shape == "hits" else "string"
+    return isinstance(value, list) and all(_shaped(item, inner) for item in value)
 
 
 def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record") -> str | None:
@@ -47,6 +67,10 @@ def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record")
     absent = [field for field in FIELDS if field not in record]
     if absent:
         raise DataError(f"{where}: not an evaluation record (no {', '.join(absent)})")
+    for field, shape in FIELDS.items():
+        if not _shaped(record[field], shape):
+            wanted = {"string": "a string", "strings": "a list of strings", "hits": "a list of lists of ids"}[shape]
+            raise DataError(f"{where}: field {field!r} should be {wanted}, got {record[field]!r}")
     golden = record["golden_answers"]
     if acc(record["prediction"], golden):
         return None

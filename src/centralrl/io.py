@@ -214,15 +214,26 @@ def write_json(path: str | Path, obj: Any) -> None:
 def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
     """Yield (`file:line`, row) for each non-blank line. A line that is not UTF-8, not JSON, not an object, or
     has text no UTF-8 file can hold (an escaped lone surrogate) raises DataError naming the file and line."""
+    for number, line in enumerate(text_lines(path), start=1):
+        if line.strip():
+            yield f"{path}:{number}", _parsed(line, f"{path}:{number}")
+
+
+def require_file(path: str | Path) -> Path:
+    """`path` as a Path, or DataError when there is no file there (a folder is said to be one)."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
+    return path
+
+
+def text_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a text file (with their line ends); a line that is not UTF-8 raises DataError naming the
+    file and line."""
+    path = require_file(path)
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            where = f"{path}:{number}"
-            line = _decoded(raw, where)
-            if line.strip():
-                yield where, _parsed(line, where)
+            yield _decoded(raw, f"{path}:{number}")
 
 
 def _decoded(raw: bytes, where: str) -> str:
@@ -255,10 +266,7 @@ def _parsed(line: str, where: str) -> dict:
 
 def read_json(path: str | Path) -> Any:
     """Load a whole JSON file; a syntax or decoding error names the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    raw = path.read_bytes()
+    raw = require_file(path).read_bytes()
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:

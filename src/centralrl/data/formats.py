@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from centralrl.data import hub
 from centralrl.errors import DataError
-from centralrl.io import read_json, read_jsonl
+from centralrl.io import read_json, read_jsonl, require_file, text_lines
 from centralrl.schema import Passage, Question, SubQuestion, passage_id
 
 if TYPE_CHECKING:  # config.py imports this module's kind tables
@@ -60,6 +61,8 @@ class Row:
     id: str | None = None
 
     def with_id(self, original_id: Any) -> Row:
+        if isinstance(original_id, bool) or not isinstance(original_id, (str, int)):
+            raise DataError(f"{self.where}: an id must be a string or a whole number, got {original_id!r}")
         return replace(self, id=str(original_id), where=f"{self.where} (id {original_id})")
 
     def get(self, key: str, kind: type | tuple[type, ...] = object) -> Any:
@@ -91,6 +94,8 @@ def answers(value: Any, key: str, where: str) -> tuple[str, ...]:
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise DataError(f"{where}: field '{key}' holds a {type(item).__name__}; answers are strings or numbers")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise DataError(f"{where}: field '{key}' holds {item!r}, which is not an answer")
         text = str(int(item)) if isinstance(item, float) and item.is_integer() else str(item)
         if text.strip() and text.strip() not in kept:
             kept.append(text.strip())
@@ -128,17 +133,22 @@ def _json_list(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _tsv(path: Path) -> Iterator[tuple[str, dict]]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, row in enumerate(csv.DictReader(handle, delimiter="\t"), start=2):
-            yield f"{path}:{number}", row
+    """(`file:line`, {column: cell}) per row under the header; a row with more cells than the header has
+    columns is refused (DictReader would file the extra cells under the key None)."""
+    reader = csv.DictReader(text_lines(path), delimiter="\t")
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if None in row:
+            raise DataError(
+                f"{where}: {len(row[None])} more cell(s) than the header's {len(reader.fieldnames)} columns"
+            )
+        yield where, row
 
 
 def _first_byte(path: Path) -> bytes:
     """The file's first byte that is not whitespace (bytes: a file that is not UTF-8 is named by its reader,
     with the line)."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with path.open("rb") as handle:
+    with require_file(path).open("rb") as handle:
         for chunk in iter(lambda: handle.read(4096), b""):
             if chunk.strip():
                 return chunk.strip()[:1]
@@ -155,8 +165,7 @@ def records(path: Path) -> Iterator[tuple[str, dict]]:
 def _parquet(path: Path) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq  # deferred: only parquet sources need it
 
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    require_file(path)
     try:
         parquet = pq.ParquetFile(path)
     except Exception as error:  # pyarrow raises ArrowInvalid or OSError for a bad file
@@ -325,9 +334,10 @@ def musique_question(row: Row, source: QuestionSource) -> Converted:
     for i, paragraph in enumerate(row.get("paragraphs", list)):
         where = f"{row.where} paragraphs[{i}]"
         passage = make_passage(field(paragraph, "title", str, where), field(paragraph, "paragraph_text", str, where))
-        if paragraph.get("idx", i) in by_idx:
-            raise DataError(f"{where}: idx {paragraph.get('idx', i)} used by two paragraphs")
-        by_idx[paragraph.get("idx", i)] = passage
+        idx = field(paragraph, "idx", int, where) if "idx" in paragraph else i
+        if idx in by_idx:
+            raise DataError(f"{where}: idx {idx} used by two paragraphs")
+        by_idx[idx] = passage
         passages.append(passage)
         if paragraph.get("is_supporting"):
             supporting.append(passage.id)

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from centralrl.errors import DataError
+
 if TYPE_CHECKING:  # config.py imports the kind tables of `formats`, which imports this module
     from centralrl.config import QuestionSource
 
@@ -30,9 +32,17 @@ def dataset_location(dataset_id: str, root: Path) -> str:
 def rows(source: QuestionSource, root: Path) -> Iterator[tuple[str, dict]]:
     """Yield (`dataset[config/split] row i`, row) for each row of the split, in dataset order."""
     import datasets  # deferred: slow to import, and only hf_dataset sources need it
+    import yaml
 
     location = dataset_location(source.dataset_id, root)
-    dataset = datasets.load_dataset(location, source.dataset_config, split=source.dataset_split)
     name = f"{source.dataset_id}[{source.dataset_config or 'default'}/{source.dataset_split}]"
+    try:
+        dataset = datasets.load_dataset(location, source.dataset_config, split=source.dataset_split)
+    except (ValueError, OSError, yaml.YAMLError) as error:  # unknown config or split, missing files, bad README
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(
+            f"{name}: the dataset could not be loaded ({first_line}); check dataset_id, dataset_config and "
+            "dataset_split of this question source"
+        ) from None
     for index, row in enumerate(dataset):
         yield f"{name} row {index}", dict(row)
