@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from centralrl.hardware import compute_dtype, cpu_has_bf16
+from cli import check_out, run_main, write_indented_json
 from rollout import matmul_gflops, timed
 
 DTYPES = ("float32", "bfloat16")
@@ -52,6 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "precision.json"))
     args = parser.parse_args()
+    check_out(args.out)
     threads = torch.get_num_threads()
     result = {
         "machine": {
@@ -64,8 +66,8 @@ def main() -> None:
         "threads": {str(n): measure(n) for n in sorted({1, threads})},
     }
     print(json.dumps(result, indent=2))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_indented_json(args.out, result)
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

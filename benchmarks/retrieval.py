@@ -38,11 +38,19 @@ from centralrl.hardware import set_threads
 from centralrl.io import write_json
 from centralrl.retrieval import save_index
 from centralrl.retrieval.bm25 import Bm25sIndex
-from centralrl.retrieval.dense import DenseIndex, faiss_threads, new_index, set_search_params
+from centralrl.retrieval.dense import (
+    IVF_MIN_PER_LIST,
+    IVF_TRAIN_PER_LIST,
+    DenseIndex,
+    faiss_threads,
+    new_index,
+    set_search_params,
+)
 from centralrl.retrieval.encoder import Encoder
 from centralrl.retrieval.hybrid import HybridRetriever
 from centralrl.retrieval.recall import recall_table
 from centralrl.schema import Passage
+from cli import check_out, count, run_main
 
 
 def random_corpus(n_passages: int, words_per_passage: int, vocab_size: int, seed: int) -> list[Passage]:
@@ -111,7 +119,8 @@ def clustered_unit_vectors(n: int, dimension: int, clusters: int, rng: np.random
 
 def faiss_search(dimension: int, args) -> dict:
     """Build each faiss index kind (params' defaults) over clustered unit vectors; queries/s, recall of flat's
-    top k, bytes. Queries are perturbed copies of random vectors."""
+    top k, bytes. Queries are perturbed copies of random vectors. ivf gets params' `ivf_lists`, or as many lists
+    as the vectors can train (`IVF_MIN_PER_LIST` each) when there are fewer, and is skipped below one list."""
     rng = np.random.default_rng(args.seed)
     vectors = clustered_unit_vectors(args.passages, dimension, 1000, rng)
     queries = vectors[rng.choice(args.passages, args.queries)] + rng.standard_normal(
@@ -119,13 +128,21 @@ def faiss_search(dimension: int, args) -> dict:
     ) / np.sqrt(dimension, dtype=np.float32)
     faiss.normalize_L2(queries)
     cfg = load_config(args.params).retrieval.dense
+    lists = min(cfg.ivf_lists, args.passages // IVF_MIN_PER_LIST)
     figures, exact = {}, None
-    for kind in ("flat", "ivf", "hnsw"):
+    if lists < cfg.ivf_lists:
+        figures["ivf_note"] = (
+            f"params' ivf_lists {cfg.ivf_lists} needs {IVF_MIN_PER_LIST * cfg.ivf_lists} vectors, there are "
+            f"{args.passages}: " + (f"ivf built with {lists} lists" if lists else "ivf skipped (not one list)")
+        )
+        print(f"faiss search: {figures['ivf_note']}", flush=True)
+    cfg = cfg.model_copy(update={"ivf_lists": lists})
+    for kind in ("flat", "ivf", "hnsw") if lists else ("flat", "hnsw"):
         kind_cfg = cfg.model_copy(update={"index": kind})
         start = time.perf_counter()
         index = new_index(kind_cfg, dimension, len(vectors))
         if kind == "ivf":
-            index.train(vectors[:: max(1, len(vectors) // (64 * cfg.ivf_lists))])
+            index.train(vectors[:: max(1, len(vectors) // (IVF_TRAIN_PER_LIST * lists))])
         with faiss_threads(1 if kind == "hnsw" else None):  # as DenseIndex builds it
             index.add(vectors)
         build = time.perf_counter() - start
@@ -211,14 +228,15 @@ def world(params: str, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--passages", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=1_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--passages", type=count, default=100_000)
+    parser.add_argument("--queries", type=count, default=1_000)
+    parser.add_argument("--repeats", type=count, default=3)
+    parser.add_argument("--k", type=count, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-bm25s-throughput", action="store_true", help="only the faiss and world parts")
     parser.add_argument("--out", default="benchmarks/results/retrieval.json")
     args = parser.parse_args()
+    check_out(args.out)
     set_threads(load_config(args.params).threads)
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     if not args.skip_bm25s_throughput:
@@ -231,4 +249,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -52,6 +52,7 @@ from transformers import GenerationConfig
 from centralrl.assembly import load_model, run_settings
 from centralrl.compute import ModelShape, generation_flops
 from centralrl.config import load_config
+from centralrl.errors import DataError
 from centralrl.hardware import compute_dtype
 from centralrl.harness.engine import RolePolicy, causal_lm, open_policy, shared_prefix, trim_generation
 from centralrl.harness.episodes import run_central
@@ -62,6 +63,7 @@ from centralrl.models.adapters import acting_as, adapters_of, attach_adapters, r
 from centralrl.retrieval import open_retriever
 from centralrl.schema import read_questions
 from centralrl.seeding import derive_seed
+from cli import check_out, count, run_main
 
 
 def generated_tokens(episodes) -> int:
@@ -384,6 +386,14 @@ def greedy_side_by_side(policies: dict[str, RolePolicy], questions, retriever, c
 
 
 def old_vs_new(cfg, args) -> dict:
+    training = read_questions(args.questions)  # the inputs first: a missing file fails before the model loads
+    evaluation = read_questions(args.eval_questions)
+    evaluation = evaluation[:: max(1, len(evaluation) // args.n_eval)][: args.n_eval]
+    if args.questions_per_step > len(training):
+        raise DataError(
+            f"--questions-per-step {args.questions_per_step}: {args.questions} has {len(training)} questions"
+        )
+    retriever = open_retriever(cfg.retrieval, args.index)
     torch.manual_seed(derive_seed(args.seed, "lora-init"))
     model, tokenizer = load_model(cfg, args.backbone, args.model)
     adapters = role_adapters(["central", "retrieval", "conclusion"], "per_role")
@@ -394,7 +404,6 @@ def old_vs_new(cfg, args) -> dict:
         "new_fp32": RolePolicy(model, tokenizer, adapters, batch, precision="float32", eval_precision="float32"),
         "new_bf16": RolePolicy(model, tokenizer, adapters, batch, precision="bfloat16", eval_precision="bfloat16"),
     }
-    retriever = open_retriever(cfg.retrieval, args.index)
     meter = ForwardMeter(type(causal_lm(model)))
     shape = ModelShape.of(model)
     machine = {
@@ -403,8 +412,6 @@ def old_vs_new(cfg, args) -> dict:
         "memory_gb_per_s": memory_gb_per_s(),
     }
     start_rss = rss_mb()
-    evaluation = read_questions(args.eval_questions)
-    evaluation = evaluation[:: max(1, len(evaluation) // args.n_eval)][: args.n_eval]
     figures = {
         "threads": torch.get_num_threads(),
         **machine,
@@ -413,9 +420,7 @@ def old_vs_new(cfg, args) -> dict:
         "questions_per_step": args.questions_per_step,
         "group_size": args.group_size,
         "temperature": cfg.harness.temperature,
-        "sampled": sampled_rollouts(
-            policies, read_questions(args.questions), retriever, cfg, args, meter, shape, machine
-        ),
+        "sampled": sampled_rollouts(policies, training, retriever, cfg, args, meter, shape, machine),
         "greedy": greedy_side_by_side(policies, evaluation, retriever, cfg, meter, shape, machine),
     }
     new = policies["new_bf16"]
@@ -437,8 +442,8 @@ def main() -> None:
     parser.add_argument("--model", default="models/main/backbone")
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/test.jsonl")
-    parser.add_argument("--n", type=int, default=16, help="questions (taken evenly across the file)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of this process")
+    parser.add_argument("--n", type=count, default=16, help="questions (taken evenly across the file)")
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads of this process")
     parser.add_argument(
         "--engine",
         choices=("transformers", "vllm"),
@@ -453,16 +458,16 @@ def main() -> None:
     parser.add_argument(
         "--old-vs-new", action="store_true", help="the engine before issue 12 against today's (see above)"
     )
-    parser.add_argument("--steps", type=int, default=4, help="--old-vs-new: rollout batches per engine")
-    parser.add_argument("--questions-per-step", type=int, default=2, help="--old-vs-new: questions per batch")
-    parser.add_argument("--group-size", type=int, default=4, help="--old-vs-new: samples per question")
+    parser.add_argument("--steps", type=count, default=4, help="--old-vs-new: rollout batches per engine")
+    parser.add_argument("--questions-per-step", type=count, default=2, help="--old-vs-new: questions per batch")
+    parser.add_argument("--group-size", type=count, default=4, help="--old-vs-new: samples per question")
     parser.add_argument("--eval-questions", default="data/test.jsonl", help="--old-vs-new: greedy questions")
-    parser.add_argument("--n-eval", type=int, default=16, help="--old-vs-new: greedy questions (taken evenly)")
+    parser.add_argument("--n-eval", type=count, default=16, help="--old-vs-new: greedy questions (taken evenly)")
     parser.add_argument("--seed", type=int, default=0, help="--old-vs-new: questions, LoRA init and sampling")
     parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    out = args.out or f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json"
+    out = check_out(args.out or f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json")
 
     cfg = load_config(args.params)
     h = cfg.harness
@@ -486,6 +491,7 @@ def other_modes(cfg, args) -> dict:
     """The batched runner against one-at-a-time and raw generate, or the two engines side by side."""
     questions = read_questions(args.questions)
     questions = questions[:: max(1, len(questions) // args.n)][: args.n]
+    retriever = open_retriever(cfg.retrieval, args.index)
     model, tokenizer = load_model(cfg, args.backbone, args.model)
     engines = ("transformers", "vllm") if args.compare_engines else (args.engine,)
     policies = {
@@ -494,7 +500,6 @@ def other_modes(cfg, args) -> dict:
         )
         for name in engines
     }
-    retriever = open_retriever(cfg.retrieval, args.index)
     settings = run_settings(cfg, greedy=False, seed=cfg.seeds[0])
     figures = {"questions": len(questions), "engine": "both" if args.compare_engines else args.engine}
     if args.compare_engines:
@@ -503,4 +508,4 @@ def other_modes(cfg, args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -26,6 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from centralrl.config import load_config
+from centralrl.errors import CentralRLError
+from cli import check_out, count, run_main, write_indented_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 OVERLAPPED = """
@@ -40,7 +44,7 @@ import sys
 from centralrl.services import stage_prefect_server
 from stages.cli import _prepare, _quiet_known_errors_in_prefect_logs
 with stage_prefect_server():
-    _prepare(["--params", {params!r}])
+    _prepare(["--params", {params!r}], tracked=False)
     _quiet_known_errors_in_prefect_logs()
 """
 
@@ -64,25 +68,32 @@ VARIANTS = {
 }
 
 
-def seconds(code: str) -> float:
+def seconds(name: str, code: str) -> float:
+    """Wall seconds of one variant's process; one that fails is an error quoting its last line of stderr."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
     env.pop("PREFECT_API_URL", None)  # each stage starts its own server, as under `dvc repro`
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise CentralRLError(f"variant {name} exited with status {done.returncode}: {last}")
     return time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=count, default=3)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stage_startup.json"))
     args = parser.parse_args()
+    check_out(args.out)
+    params = str(Path(args.params).resolve())  # the variants run in ROOT
+    load_config(params)  # a bad params file fails here, in one line, not in every variant
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for round_ in range(args.rounds):
         order = list(VARIANTS) if round_ % 2 == 0 else list(reversed(VARIANTS))
         for name in order:
-            times[name].append(round(seconds(VARIANTS[name].format(params=args.params)), 2))
+            times[name].append(round(seconds(name, VARIANTS[name].format(params=params)), 2))
             print(f"round {round_ + 1}: {name} {times[name][-1]:.2f} s", flush=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     result = {
@@ -94,8 +105,8 @@ def main() -> None:
         "end_process_saved_seconds_median": round(medians["sys_exit"] - medians["end_process"], 2),
     }
     print(json.dumps(result, indent=2))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_indented_json(args.out, result)
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -26,6 +26,7 @@ from centralrl.rl.dev import split_dev
 from centralrl.rl.grpo import groups_with_signal
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions
+from cli import check_out, count, run_main
 
 
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
@@ -47,17 +48,18 @@ def main() -> None:
     parser.add_argument("--index", required=True)
     parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.5, 0.7, 1.0])
-    parser.add_argument("--questions", type=int, default=None, help="dev questions used (default: the whole split)")
-    parser.add_argument("--seeds", type=int, default=2, help="sampling seeds per temperature")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
+    parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
+    parser.add_argument("--threads", type=count, default=1)
     parser.add_argument("--out", default="benchmarks/results/temperature.json")
     args = parser.parse_args()
+    check_out(args.out)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
     dev = dev[: args.questions]
-    policy = trained_policy(cfg, args.backbone, args.model, None)
     retriever = open_retriever(cfg.retrieval, args.index)
+    policy = trained_policy(cfg, args.backbone, args.model, None)
     greedy = measure(cfg, policy, retriever, dev, run_settings(cfg, greedy=True, seed=0), 1)
     figures = {
         "params": args.params,
@@ -88,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -59,6 +59,7 @@ from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
+from cli import check_out, count, count_or_zero, counts, run_main
 
 OLD_MICRO_BATCH = 8  # train.grpo.micro_batch_size before issue 12
 
@@ -295,18 +296,19 @@ def main() -> None:
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/train.jsonl")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each path, interleaved")
-    parser.add_argument("--micro-batches", type=lambda s: [int(n) for n in s.split(",") if n], default=[1, 2, 4, 8])
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
+    parser.add_argument("--rounds", type=count, default=2, help="runs of each path, interleaved")
+    parser.add_argument("--micro-batches", type=counts, default=[1, 2, 4, 8])
     parser.add_argument(
         "--forward-tokens",
-        type=lambda s: [int(n) for n in s.split(",") if n],
+        type=counts,
         default=[],
         help="also run the new update and warm start with these padded positions per forward (peak memory)",
     )
-    parser.add_argument("--warmstart-steps", type=int, default=4, help="0 skips the warm-start section")
+    parser.add_argument("--warmstart-steps", type=count_or_zero, default=4, help="0 skips the warm-start section")
     parser.add_argument("--out", default="benchmarks/results/update.json")
     args = parser.parse_args()
+    check_out(args.out)
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
@@ -346,4 +348,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

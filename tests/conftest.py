@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -187,3 +188,20 @@ def smoke_run(tmp_path_factory, prefect_server):
     data["train"] = folder / "toy.jsonl"
     write_jsonl(data["train"], (q.to_json() for q in toy_questions(load_backbone(folder / "start")[1])))
     return folder, params, data
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder holding a previous result that refuses new entries: mode 555, and for root (whom modes do not
+    stop) the immutable flag."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "result.json").write_text('{\n  "old": true\n}\n')
+    folder.chmod(0o555)
+    if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("root, and chattr +i is not allowed here: no folder can refuse root a new file")
+    yield folder
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)

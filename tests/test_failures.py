@@ -237,20 +237,6 @@ def test_a_full_disk_names_the_output_and_keeps_the_previous_one(stage):
     assert sorted(p.name for p in stage.glob(".*")) == []  # no temporary left
 
 
-@pytest.fixture
-def read_only_folder(tmp_path):
-    """A folder that refuses new entries: mode 555, and for root (whom modes do not stop) the immutable flag."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o555)
-    if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
-        pytest.skip("root, and chattr +i is not allowed here: no folder can refuse root a new file")
-    yield folder
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
-    folder.chmod(0o755)
-
-
 def test_a_folder_that_refuses_new_files_is_said_of_the_output_not_the_temporary(read_only_folder):
     for write in (lambda path: write_json(path, {}), lambda path: atomic_directory(path).__enter__()):
         target = read_only_folder / "out"

@@ -1,0 +1,76 @@
+"""What every benchmark script's command line shares: count arguments that refuse 0 and negatives (a usage
+error naming the argument), an --out checked before any measuring, and `run`, which turns a known failure
+(`CentralRLError`: a missing file, a bad param) into one line `<script>: error: <message>` and exit 1, as the
+stages print theirs (`stages.cli`, whose signal handling and Prefect server a benchmark does not want). Anything
+else is a bug and keeps its traceback.
+
+The scripts run as `python benchmarks/<script>.py`, so this folder is first on `sys.path` and they import this
+module as `cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from centralrl.errors import CentralRLError, OutputError
+from centralrl.io import TEMP_SUFFIX, atomic_write
+from centralrl.redact import redact
+
+
+def count(text: str, least: int = 1) -> int:
+    """argparse type: an integer of at least `least` (1: a count of something that must happen)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+    return value
+
+
+def count_or_zero(text: str) -> int:
+    """argparse type: an integer of at least 0 (where 0 skips something)."""
+    return count(text, least=0)
+
+
+def counts(text: str) -> list[int]:
+    """argparse type: comma-separated counts (each at least 1), e.g. `1,2,4`."""
+    return [count(part) for part in text.split(",") if part]
+
+
+def check_out(path: str) -> str:
+    """Refuse an --out that could not be written, before the measuring: its folder must exist and take a new
+    file. Returns `path`."""
+    folder = Path(path).parent
+    if Path(path).is_dir():
+        raise OutputError(f"--out {path}: is a folder; name the JSON file to write")
+    if not folder.is_dir():
+        raise OutputError(f"--out {path}: folder {folder} does not exist; create it first")
+    try:  # named as centralrl.io names its temporaries, so one left by a killed run is cleaned up
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{Path(path).name}.{os.getpid()}.", suffix=TEMP_SUFFIX):
+            pass
+    except OSError as error:
+        raise OutputError(f"--out {path}: folder {folder} refuses new files ({error.strerror})") from None
+    return path
+
+
+def write_indented_json(path: str, obj: object) -> None:
+    """Write `obj` atomically as `json.dumps(obj, indent=2)` plus a newline, keys in their order: the format of
+    the results that were written that way (`centralrl.io.write_json` sorts keys and keeps non-ASCII)."""
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(obj, indent=2) + "\n")
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a script's `main`; a CentralRLError prints one line naming the script and exits 1."""
+    try:
+        main()
+    except CentralRLError as error:
+        print(f"{Path(sys.argv[0]).stem}: error: {redact(str(error))}", file=sys.stderr, flush=True)
+        sys.exit(1)

@@ -1,0 +1,72 @@
+"""The benchmark scripts refuse bad input before measuring: a missing input file is one line and exit 1, a zero
+count a usage error naming the argument, an --out that could not be written an error naming --out, with the
+previous result left as it was. Real runs of `python benchmarks/<script>.py`, each failing before any model
+loads (rollout.py's case takes ~10 s: it imports torch and transformers first; the others under a second)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, f"benchmarks/{script}.py", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(done: subprocess.CompletedProcess, script: str, *says: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: error: "), done.stderr
+    assert all(part in lines[0] for part in says), lines[0]
+
+
+def test_a_missing_questions_file_is_one_line(tmp_path):
+    done = bench("rollout", "--questions", "nosuch.jsonl", "--out", str(tmp_path / "r.json"))
+    one_line_error(done, "rollout", "nosuch.jsonl", "no such file")
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_missing_params_file_is_one_line_not_a_failed_child(tmp_path):
+    done = bench("stage_startup", "--params", str(tmp_path / "nosuch.yaml"), "--out", str(tmp_path / "s.json"))
+    one_line_error(done, "stage_startup", "nosuch.yaml")
+    assert "round" not in done.stdout  # refused before the first variant ran
+
+
+@pytest.mark.parametrize(
+    "script, args, argument",
+    [
+        ("stage_startup", ["--rounds", "0"], "--rounds"),
+        ("stage_startup", ["--rounds", "-1"], "--rounds"),
+    ],  # every script's counts use cli.count; rollout.py would add ~10 s of imports to show it again
+)
+def test_a_count_below_one_is_a_usage_error_naming_the_argument(tmp_path, script, args, argument):
+    done = bench(script, *args, "--out", str(tmp_path / "out.json"))
+    assert done.returncode == 2, done.stderr
+    assert f"argument {argument}: must be at least 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("script", ["stage_startup"])  # every script checks --out with cli.check_out
+def test_an_out_in_a_missing_folder_is_refused_before_measuring(tmp_path, script):
+    out = tmp_path / "nosuch" / "result.json"
+    done = bench(script, "--out", str(out))
+    one_line_error(done, script, f"--out {out}", "does not exist")
+    assert done.stdout == ""  # nothing measured
+    assert not out.parent.exists()
+
+
+def test_an_out_in_a_folder_that_refuses_files_is_refused_before_measuring(read_only_folder):
+    out = read_only_folder / "result.json"
+    done = bench("stage_startup", "--out", str(out))
+    one_line_error(done, "stage_startup", f"--out {out}", "refuses new files")
+    assert done.stdout == ""
+    assert out.read_text() == '{\n  "old": true\n}\n'
+    assert sorted(p.name for p in read_only_folder.iterdir()) == ["result.json"]
