@@ -215,3 +215,14 @@ def test_an_empty_profile_or_a_list_index_in_set_is_refused_and_an_empty_mapping
     assert stop.value.code == 2 and "--set reaches mappings only" in capsys.readouterr().err
     assert plan.main(["--params", params, "--set", "references={}"]) == 0  # was: merged into nothing, both planned
     assert "evaluate_reference@" not in capsys.readouterr().out
+
+
+def test_a_model_or_encoder_named_as_a_folder_is_looked_for_there_not_on_the_hub(repo, tmp_path, capsys):
+    model, encoder = tmp_path / "no-model", tmp_path / "no-encoder"  # was: "hugging face hub unreachable"
+    sets = ["models.main.source=hf", f"models.main.name_or_path={model}", "retrieval.backend=dense"]
+    sets += [f"retrieval.dense.encoder={encoder}"]
+    code = plan.main(["--params", str(repo / "params.yaml"), "--check", *(x for s in sets for x in ("--set", s))])
+    out = capsys.readouterr().out
+    assert code == 1 and "hugging face hub" not in out
+    assert f"missing model folder {model}: {model} not found" in out
+    assert f"missing model folder {encoder}: {encoder} not found" in out

@@ -306,15 +306,52 @@ def check_vllm() -> Check:
     return Check("vllm", True, f"vllm {version('vllm')} on a CUDA device")
 
 
+def _path_like(name: str) -> bool:
+    """A name written as a folder rather than a hub id (`org/name`): absolute, or starting with ./ ../ or ~."""
+    return name.startswith(("/", "./", "../", "~"))
+
+
+def dense_encoder(cfg: Config) -> str | None:
+    """retrieval.dense.encoder when build_index measures a backend that encodes (dense, or a hybrid with it)."""
+    r = cfg.retrieval
+    measured = {r.backend, *r.compare_backends}
+    encodes = "dense" in measured or ("hybrid" in measured and "dense" in r.hybrid.backends)
+    return r.dense.encoder if encodes else None
+
+
+def model_names(cfg: Config) -> list[str]:
+    """What the config loads by name: hf backbones and the dense encoder (packaged encoders excepted)."""
+    from centralrl.retrieval.encoder import PACKAGED
+
+    models = [cfg.models[b].name_or_path for b in cfg.backbones if cfg.models[b].source == "hf"]
+    encoder = dense_encoder(cfg)
+    return list(dict.fromkeys(models + ([encoder] if encoder and encoder not in PACKAGED else [])))
+
+
 def hub_ids(cfg: Config, root: Path) -> list[str]:
     """Models and question sets this config would fetch from the Hugging Face hub (not local folders)."""
-    models = [
-        cfg.models[b].name_or_path
-        for b in cfg.backbones
-        if cfg.models[b].source == "hf" and not Path(cfg.models[b].name_or_path).is_dir()
-    ]
+    models = [name for name in model_names(cfg) if not Path(name).is_dir() and not _path_like(name)]
     datasets = [q.dataset_id for q in cfg.data.questions if q.kind == "hf_dataset" and _local_dataset(q, root) is None]
     return list(dict.fromkeys(models + datasets))
+
+
+def check_model_folders(cfg: Config) -> list[Check]:
+    """Each model named as a folder (not a hub id) is there, and a packaged encoder is installed."""
+    from centralrl.errors import RetrievalError
+    from centralrl.retrieval.encoder import PACKAGED, encoder_folder
+
+    folders = [Path(name).expanduser() for name in model_names(cfg) if _path_like(name)]
+    checks = [
+        Check(f"model folder {folder}", folder.is_dir(), str(folder) if folder.is_dir() else f"{folder} not found")
+        for folder in folders
+    ]
+    encoder = dense_encoder(cfg)
+    if encoder in PACKAGED:
+        try:
+            checks.append(Check(f"encoder {encoder}", True, str(encoder_folder(encoder))))
+        except RetrievalError as error:
+            checks.append(Check(f"encoder {encoder}", False, _short(error, 200)))
+    return checks
 
 
 def check_hub(ids: Sequence[str], environ: dict | None = None) -> Check:
@@ -451,6 +488,7 @@ def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
         checks.append(check_hub(ids))
     if any(cfg.models[b].source == "smollm2_gguf" for b in cfg.backbones):
         checks.append(check_smollm2())
+    checks += check_model_folders(cfg)
     checks += check_files(cfg, root)
     if cfg.retrieval.backend == "elasticsearch":
         checks.append(check_elasticsearch(cfg))
