@@ -4,6 +4,8 @@ not move" statement when the sub-agents' LoRA B is zero (their outputs then equa
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import pytest
@@ -140,3 +142,23 @@ def test_the_report_says_when_the_sub_agents_did_not_move(smoke_run, moved):
     table = "\n".join(movement_section(result))
     conclusion_share = f"{100 * movement['conclusion']['changed_share']:.0f}%"
     assert f"| main | cut | joint | conclusion | {questions} | s0: {conclusion_share} |" in table
+
+
+def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
+    """The pipeline test runs the base reference only; this is the other topology's stage run, in-process."""
+    from stages import evaluate
+
+    folder, params, data = smoke_run
+    out = folder / "single_agent"
+    evaluate.main(
+        [
+            *("--params", str(params), "--reference", "single_agent", "--backbone", "main"),
+            *("--model", str(folder / "start"), "--index", str(folder / "index"), "--questions", str(data["test"])),
+            *("--out", str(out / "eval"), "--metrics", str(out / "metrics.json")),
+        ]
+    )
+    questions = sum(1 for line in data["test"].read_text().splitlines() if line.strip())
+    records = (out / "eval" / "records.jsonl").read_text().splitlines()
+    assert len(records) == questions
+    assert all(set(json.loads(r)["tokens"]) == {"agent"} for r in records)  # the single agent works alone
+    assert "f1" in json.dumps(read_json(out / "metrics.json"))
