@@ -186,12 +186,15 @@ def test_file_checks_name_each_file(repo, tmp_path):
                 "corpus": [
                     {"kind": "flashrag_passages", "path": "here.jsonl"},
                     {"kind": "kilt_pages", "path": "gone.jsonl"},
+                    {"kind": "kilt_pages", "path": "folder"},
                 ],
             },
         },
     )
+    (tmp_path / "folder").mkdir()
     checks = {c.name: c for c in plan.check_files(cfg, tmp_path)}
     assert checks["corpus file here.jsonl"].ok and not checks["corpus file gone.jsonl"].ok
+    assert checks["corpus file folder"].reason == f"{tmp_path / 'folder'} is a folder, not a file"
 
 
 def test_a_bad_param_exits_2_with_its_path(repo, capsys):

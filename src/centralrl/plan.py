@@ -385,9 +385,14 @@ def check_files(cfg: Config, root: Path) -> list[Check]:
         checks.append(Check("data.root", False, f"folder {root} does not exist (relative source paths start there)"))
     for what, path in paths:
         file = _source_file(path, root)
-        checks.append(
-            Check(f"{what} file {path}", file.is_file(), str(file) if file.is_file() else f"{file} not found")
+        why = (
+            str(file)
+            if file.is_file()
+            else f"{file} is a folder, not a file"
+            if file.is_dir()
+            else f"{file} not found"
         )
+        checks.append(Check(f"{what} file {path}", file.is_file(), why))
     return checks
 
 
