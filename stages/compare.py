@@ -126,32 +126,16 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    cell, budget, reference = (
-        ("backbone", "arm", "seed"),
-        ("backbone", "arm", "seed", "budget"),
-        ("backbone", "reference"),
-    )
-    parser.add_argument(
-        "--records", required=True, type=pattern(*budget), help="input pattern: a trained cell's records per budget"
-    )
-    parser.add_argument(
-        "--reference-records", required=True, type=pattern(*reference), help="input pattern: a reference's records"
-    )
-    parser.add_argument(
-        "--budgets",
-        required=True,
-        type=pattern(*cell),
-        help="input pattern: a trained cell's budget cuts (budgets.json)",
-    )
-    parser.add_argument(
-        "--history", required=True, type=pattern(*cell), help="input pattern: a trained cell's per-step history"
-    )
-    parser.add_argument(
-        "--movement",
-        required=True,
-        type=pattern(*cell),
-        help="input pattern: a trained cell's role movement per budget (evaluate)",
-    )
+    cell = ("backbone", "arm", "seed")
+    patterns = {  # input patterns, filled in per cell: option -> (its placeholders, what each file holds)
+        "--records": ((*cell, "budget"), "a trained cell's records per budget"),
+        "--reference-records": (("backbone", "reference"), "a reference's records"),
+        "--budgets": (cell, "a trained cell's budget cuts (budgets.json)"),
+        "--history": (cell, "a trained cell's per-step history"),
+        "--movement": (cell, "a trained cell's role movement per budget (evaluate)"),
+    }
+    for option, (placeholders, holds) in patterns.items():
+        parser.add_argument(option, required=True, type=pattern(*placeholders), help=f"input pattern: {holds}")
     parser.add_argument(
         "--data",
         help="input: prepare_data's counts (metrics/data.json); a benchmark with no supporting passage is labelled "

@@ -90,19 +90,20 @@ def answers(value: Any, key: str, where: str) -> tuple[str, ...]:
     ('Paris', '1889', '3')
     """
     kept: list[str] = []
-    items = value if isinstance(value, list) else [value]
-    for item in items:
+    blank = False
+    for item in value if isinstance(value, list) else [value]:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise DataError(f"{where}: field '{key}' holds a {type(item).__name__}; answers are strings or numbers")
         if isinstance(item, float) and not math.isfinite(item):
             raise DataError(f"{where}: field '{key}' holds {item!r}, which is not an answer")
-        text = str(int(item)) if isinstance(item, float) and item.is_integer() else str(item)
-        if text.strip() and text.strip() not in kept:
-            kept.append(text.strip())
-    if kept and any(isinstance(item, str) and not item.strip() for item in items):
-        raise DataError(f"{where}: field '{key}' holds a blank answer beside usable ones (got {value!r})")
+        text = (str(int(item)) if isinstance(item, float) and item.is_integer() else str(item)).strip()
+        blank |= not text
+        if text and text not in kept:
+            kept.append(text)
     if not kept:
         raise DataError(f"{where}: no usable answer in field '{key}' (got {value!r})")
+    if blank:
+        raise DataError(f"{where}: field '{key}' holds a blank answer beside usable ones (got {value!r})")
     return tuple(kept)
 
 
