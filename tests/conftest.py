@@ -5,8 +5,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,9 +64,30 @@ def prefect_server(tmp_path_factory):
     try:
         services.wait_healthy(server, timeout=120)
         with temporary_settings({PREFECT_API_URL: f"{server.url}/api"}):
-            yield
+            yield home
     finally:
         services.stop(server)
+
+
+@pytest.fixture
+def migrated_prefect_home(prefect_server, tmp_path) -> Callable[[str], Path]:
+    """Makes a new Prefect home under tmp_path holding a copy of the session server's database, for a test
+    whose processes start Prefect servers of their own: a server on an empty home first runs Prefect's
+    migrations, 12.6 s of its 20.6 s start here (8.0 s on a migrated one)."""
+
+    def make(name: str) -> Path:
+        home = tmp_path / name
+        home.mkdir()
+        source = sqlite3.connect(f"file:{prefect_server / 'prefect.db'}?mode=ro", uri=True)  # no new empty one
+        copy = sqlite3.connect(home / "prefect.db")
+        try:
+            source.backup(copy)  # consistent while the server writes, unlike a file copy beside its WAL
+        finally:
+            source.close()
+            copy.close()
+        return home
+
+    return make
 
 
 def session_prefect_env() -> dict[str, str]:

@@ -138,7 +138,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch):
+def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, migrated_prefect_home):
     """... and a run logging to that MLflow server when it stops is told so in one error (not a traceback after
     minutes of retries)."""
     need("prefect", "mlflow")
@@ -163,7 +163,7 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch):
         "--mlflow-artifacts",
         str(tmp_path / "artifacts"),
         "--prefect-home",
-        str(tmp_path / "prefect"),
+        str(migrated_prefect_home("prefect")),
         "--log-dir",
         str(tmp_path / "logs"),
         "--timeout",
@@ -342,13 +342,14 @@ with stage_prefect_server(meanwhile=get_ready):
 """
 
 
-def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path):
+def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path, migrated_prefect_home):
     """Prefect sends a failed flow's logs in the background; sent after the stage's server stopped, they used to
     print 'Error logging to API' under the stage's own error message. Prefect imported while the server starts
     (a stage's set-up overlaps it) reports to that server."""
     script = tmp_path / "failing_flow.py"
     script.write_text(FAILING_FLOW.format(src=str(REPO / "src")))
-    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    home = migrated_prefect_home("prefect")
+    env = os.environ | {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "the flow failed" in run.stdout, run.stderr

@@ -34,7 +34,6 @@ def dvc_project(folder: Path) -> None:
 
 
 def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
-    prefect_home.mkdir(exist_ok=True)
     env = os.environ | {
         "PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(REPO),
@@ -67,12 +66,12 @@ def wait_for(path: Path, repro: subprocess.Popen, timeout: float = 120.0) -> dic
     return json.loads(path.read_text())
 
 
-def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path):
+def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path, migrated_prefect_home):
     """One project per way of stopping dvc, all started at once (each stage starts a Prefect server: seconds)."""
     hows = ("SIGTERM", "SIGKILL", "Ctrl-C")
     for how in hows:
         dvc_project(tmp_path / how)
-    repros = {how: start_repro(tmp_path / how, tmp_path / f"prefect-{how}") for how in hows}
+    repros = {how: start_repro(tmp_path / how, migrated_prefect_home(f"prefect-{how}")) for how in hows}
     families = {}
     for how, repro in repros.items():
         stage = psutil.Process(wait_for(tmp_path / how / "started.json", repro)["stage"])
