@@ -1,5 +1,11 @@
-"""The bm25s backend on a handful of passages: ranking, k, empty queries, save/load, numba = numpy, and the
-index manifest every backend shares (settings and corpus digest checked on open)."""
+"""The bm25s backend on a handful of passages: ranking, k, empty queries, save/load, numba = numpy (numba's
+scorer compiled once per machine), and the index manifest every backend shares (settings and corpus digest
+checked on open)."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -44,13 +50,34 @@ def test_k_larger_than_corpus(index):
     assert len(index.search(["Telmarra Oshvania Okosi Ember"], k=50)[0]) == 4
 
 
-def test_numba_and_numpy_backends_agree():
+NUMBA_SEARCH = """
+import json, sys
+from bm25s.numba.retrieve_utils import _retrieve_internal_jitted_serial as scorer
+from centralrl.retrieval.bm25 import Bm25sIndex
+
+hits = Bm25sIndex.load(sys.argv[1], "numba").search(json.loads(sys.argv[2]), 3)
+rows = [[[hit.id, hit.score] for hit in row] for row in hits]
+print(json.dumps({"hits": rows, "loaded_from_cache": sum(scorer.stats.cache_hits.values())}))
+"""
+
+
+def test_numba_scorer_is_compiled_once_then_loaded_and_agrees_with_numpy(index, tmp_path):
+    """Two processes searching with numba: the first compiles the scorer (bm25s compiled it in every process, ~12 s
+    each here), the second loads it from numba's cache; both give the same hits, and numpy's."""
     queries = ["film director Telmarra", "Oshvania river", "Ember Gate"]
-    numpy_hits = Bm25sIndex.build(PASSAGES, 1.2, 0.75, True, "numpy").search(queries, 3)
-    numba_hits = Bm25sIndex.build(PASSAGES, 1.2, 0.75, True, "numba").search(queries, 3)
-    assert [[h.id for h in hits] for hits in numba_hits] == [[h.id for h in hits] for hits in numpy_hits]
-    for a, b in zip(numba_hits, numpy_hits):
-        assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-5)
+    index.save(tmp_path / "index")
+    env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}  # numba's first choice of cache folder
+    command = [sys.executable, "-c", NUMBA_SEARCH, str(tmp_path / "index"), json.dumps(queries)]
+    first, second = (
+        json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+        for _ in range(2)
+    )
+    assert (first["loaded_from_cache"], second["loaded_from_cache"]) == (0, 1)
+    assert first["hits"] == second["hits"]
+    numpy_hits = index.search(queries, 3)
+    assert [[hit_id for hit_id, _ in row] for row in first["hits"]] == [[h.id for h in row] for row in numpy_hits]
+    for numba_row, numpy_row in zip(first["hits"], numpy_hits):
+        assert [score for _, score in numba_row] == pytest.approx([h.score for h in numpy_row], rel=1e-5)
 
 
 def test_save_and_open_gives_the_same_results(tmp_path):
