@@ -1,9 +1,17 @@
-"""Malformed input names its file and line; an interrupted write leaves the old file whole."""
+"""Malformed input names its file and line; an interrupted write leaves the old file whole; a killed process's
+scratch folder is removed by the next."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from centralrl.errors import DataError
-from centralrl.io import atomic_directory, read_jsonl, write_jsonl
+from centralrl.io import atomic_directory, read_jsonl, scratch_folder, write_jsonl
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
@@ -43,3 +51,27 @@ def test_failed_directory_write_keeps_the_previous_directory(tmp_path):
         raise RuntimeError("interrupted")
     assert (target / "a").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+
+
+def test_a_scratch_folder_left_by_a_killed_process_is_removed_by_the_next(tmp_path, monkeypatch):
+    """What a SIGKILLed stage leaves (its Prefect server's logs) goes with the next stage's; a live one stays."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from centralrl.io import scratch_folder; print(scratch_folder('logs'), flush=True)"
+            "; import time; time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"TMPDIR": str(tmp_path)},
+    )
+    left = Path(killed.stdout.readline().strip())
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    (left / "server.log").write_text("the killed stage's server log\n")
+    mine = scratch_folder("logs")
+    assert left.parent == mine.parent == tmp_path and left.name.startswith(".logs.")
+    assert not left.exists() and mine.is_dir()
+    assert scratch_folder("logs").is_dir() and mine.is_dir()  # a live process's folder is kept

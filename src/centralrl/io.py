@@ -6,7 +6,8 @@ target (`.<name>.<pid>.<random>.incomplete`, git-ignored) and replace it in one 
 stage never leaves a half-written file for DVC to hash or a half-written checkpoint for a rerun to resume.
 `atomic_files` writes several outputs to temporaries and replaces them only once all are complete. A
 temporary whose writer process is gone (killed by SIGKILL mid-write) is removed by the next write into the
-same folder.
+same folder. `scratch_folder` names a process's own folder in the system temp folder the same way, so the next
+one removes what a killed process left there (a stage's Prefect server logs).
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ def clean_stale_temporaries(folder: str | Path) -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
     return stale
+
+
+def scratch_folder(name: str) -> Path:
+    """A new folder in the system's temp folder for this process's own files (a server's logs), named as our
+    temporaries are (`.<name>.<pid>.<random>.incomplete`): the caller removes it when done, and if its process
+    died first (a SIGKILLed stage cannot clean up), the next call removes it."""
+    target = Path(tempfile.gettempdir()) / name
+    _prepare(target)
+    return Path(_temporary_beside(target, tempfile.mkdtemp))
 
 
 def _prepare(target: Path) -> None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, TrackingError
+from centralrl.io import scratch_folder
 from centralrl.processes import tied_to_this_process
 from centralrl.redact import redact
 
@@ -155,7 +156,7 @@ def stage_prefect_server(timeout: float = 120.0, meanwhile: Callable[[], None] |
             meanwhile()
         yield os.environ["PREFECT_API_URL"]
         return
-    log_dir = Path(tempfile.mkdtemp(prefix="centralrl-prefect-"))
+    log_dir = scratch_folder("centralrl-prefect-server")
     server = start_prefect(free_port(), log_dir=log_dir, api_only=True)
     try:
         os.environ["PREFECT_API_URL"] = f"{server.url}/api"
