@@ -175,48 +175,83 @@ def test_paired_se_pools_seeds_over_the_same_questions_by_hand():
         paired_difference_se([a[0], {"x": [0], "y": [0, 0, 0, 0]}], [zeros, {"x": [0], "y": [0, 0, 0, 0]}], seed=0)
 
 
-@pytest.mark.parametrize(("questions", "detectable"), [(40, False), (4000, True)])
-def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detectable(
-    smoke_params, questions, detectable
-):
-    # a - b is 100 on every other question, 0 elsewhere: SE = sqrt(2500 / n), MDE = 2.80 x SE:
-    # 22.2 at 40 questions (above the published +2.43), 2.21 at 4000 (below it)
-    from centralrl.compare import power
-    from centralrl.config import load_config
+def _records(scores):
+    return [{"id": f"q{i:05d}", "benchmark": "x", "f1": s} for i, s in enumerate(scores)]
+
+
+def _notes(result) -> list[str]:
     from centralrl.report import power_notes
 
-    def records(scores):
-        return [{"id": f"q{i:05d}", "benchmark": "x", "f1": s} for i, s in enumerate(scores)]
+    claim = {"verdict": "inconclusive", "power": json.loads(json.dumps(result))}  # as the report reads it back
+    return power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
 
-    a = {seed: records([i % 2 for i in range(questions)]) for seed in (0, 1)}
-    b = {seed: records([0.0] * questions) for seed in (0, 1)}
+
+@pytest.mark.parametrize(
+    ("questions", "seeds", "detectable", "why"),
+    [
+        (40, 2, False, "its minimum detectable difference at 40 questions x 2 seeds is 22.19"),
+        (4000, 3, False, "a seed alone needs 2.70"),  # pooled 2.22 would see +2.43, the verdict rule's seeds not
+        (6000, 2, True, "its minimum detectable difference at 6000 questions x 2 seeds is 1.81"),
+    ],
+)
+def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detectable(
+    smoke_params, questions, seeds, detectable, why
+):
+    # a - b is 100 on every other question, 0 elsewhere, alike in every seed: SE = sqrt(2500 / n) pooled and per
+    # seed, so MDE = 2.80 x SE pooled; the verdict rule asks each of S seeds for power 0.8^(1/S): 3.21 x SE at S = 2
+    # (2.54 at 4000), 3.42 x SE at S = 3 (2.70 at 4000)
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    a = {seed: _records([i % 2 for i in range(questions)]) for seed in range(seeds)}
+    b = {seed: _records([0.0] * questions) for seed in range(seeds)}
     result = power(load_config(smoke_params), a, b, "f1")
+    assert result["se_seeds"] == 0.0 and result["rule_power"] == pytest.approx(0.8 ** (1 / seeds))
     assert result["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / questions), rel=0.05)
     assert result["detectable"] is detectable and result["published"] == pytest.approx(2.43)
-    claim = {"verdict": "inconclusive", "power": result}
-    notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
     said = "could have detected the published +2.43" if detectable else "could not have detected the published +2.43"
-    assert said in notes[0] and f"{questions} questions x 2 seeds" in notes[0]
+    assert said in _notes(result)[0] and why[:-2] in _notes(result)[0], _notes(result)[0]
 
 
-def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde(smoke_params):
-    # seed 0 as above at 40 questions (MDE 22.2); seed 1 identical arms (SE 0). Pooling seed 1's zeros would halve
-    # the SE of the seed mean (MDE 11.1) though the seeds that differ can see no more than 22.2
+def test_the_pooled_se_adds_how_training_varies_over_seeds_by_hand(smoke_params):
+    # 40 questions, b = 0. Seed 0: a = 100 on every other question (difference 50); seed 1: on every 4th (25).
+    # Over questions: D = the seed-averaged differences, repeating [50, 50, 0, 50]: var0 468.75 / 40 -> SE 3.42.
+    # Over seeds: std([50, 25], ddof 1) / sqrt(2) = 12.5 exactly. Pooled: sqrt(3.42^2 + 12.5^2) = 12.96, MDE 36.3.
+    # Seeds shifted by the same amount would leave the question SE as it is: only the seed term sees them.
     from centralrl.compare import power
     from centralrl.config import load_config
-    from centralrl.report import power_notes
 
-    def records(scores):
-        return [{"id": f"q{i:05d}", "benchmark": "x", "f1": s} for i, s in enumerate(scores)]
-
-    a = {0: records([i % 2 for i in range(40)]), 1: records([0.0] * 40)}
-    b = {0: records([0.0] * 40), 1: records([0.0] * 40)}
+    a = {0: _records([i % 2 for i in range(40)]), 1: _records([float(i % 4 == 0) for i in range(40)])}
+    b = {seed: _records([0.0] * 40) for seed in (0, 1)}
     result = power(load_config(smoke_params), a, b, "f1")
-    assert result["pooled_seeds"] == [0] and result["seeds"][1]["mde"] is None
-    assert result["mde"] == result["seeds"][0]["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / 40), rel=0.05)
-    claim = {"verdict": "inconclusive", "power": json.loads(json.dumps(result))}  # as the report reads it back
-    notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
-    assert "40 questions x 1 seed (seed 1 left out: the arms answered every question alike)" in notes[0]
+    assert [result["seeds"][seed]["difference"] for seed in (0, 1)] == [50.0, 25.0]
+    assert result["se_seeds"] == pytest.approx(12.5, abs=1e-9)
+    assert result["se_questions"] == pytest.approx(math.sqrt(468.75 / 40), rel=0.05)
+    assert result["se"] == pytest.approx(math.hypot(result["se_questions"], 12.5))
+    assert result["mde"] == pytest.approx(2.801585 * result["se"])
+
+
+@pytest.mark.parametrize("questions", [40, 6000])
+def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde_and_blocks_the_claim(smoke_params, questions):
+    # seed 0 as above (MDE 22.2 at 40 questions); seed 1 identical arms (SE 0). Pooling seed 1's zeros would halve
+    # the SE of the seed mean (MDE 11.1) though the seeds that differ can see no more than 22.2. And seed 1's
+    # interval is [0, 0]: "supported" cannot come out however many questions, so nothing was detectable
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    a = {0: _records([i % 2 for i in range(questions)]), 1: _records([0.0] * questions)}
+    b = {0: _records([0.0] * questions), 1: _records([0.0] * questions)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert result["pooled_seeds"] == [0] and result["seeds"][1]["mde"] is None and result["se_seeds"] is None
+    assert (
+        result["mde"] == result["seeds"][0]["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / questions), rel=0.05)
+    )
+    assert result["detectable"] is False
+    note = _notes(result)[0]
+    if questions == 40:  # not detectable by the seed that differs either
+        assert "at 40 questions x 1 seed (seed 1 left out: its differences had no spread" in note
+    else:
+        assert "seed 1 has no spread and a difference of +0.00, so the verdict rule" in note
 
 
 def test_arms_that_answer_alike_size_no_test(smoke_params):
@@ -249,7 +284,7 @@ def test_each_arm_is_compared_with_its_untrained_start(smoke_params):
     assert untrained_start(cfg, "joint") == "base"  # the first reference of the arm's topology, not single_agent
     assert gains["central_only"]["seeds"][0]["f1"]["macro"]["estimate"] == pytest.approx(75.0)
     assert [gains[arm]["seeds"][0]["above"] for arm in ("central_only", "joint")] == [True, False]
-    table = "\n".join(gains_section({"backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
+    table = "\n".join(gains_section({"level": 0.95, "backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
     assert "| main | cut | central_only | base | 0 | 75.00 [" in table and "| **above** |" in table
     assert "| main | cut | joint | base | 0 | 0.00 [0.00, 0.00], p=1.000 | no |" in table
 

@@ -7,8 +7,9 @@ claim's two arms, per seed: the paired difference over the same questions (paire
 permutation p-value) and the spread of the per-seed differences. The verdict rule is `stats.VERDICT_RULE`,
 applied at every budget (equal steps, equal trained tokens, ...), beside the published numbers, with the
 minimum detectable difference (MDE) of the seed-averaged paired difference at `compare.power` and alpha =
-1 - `compare.level` (`stats.minimum_detectable_difference`), pooled over seeds and per seed (the verdict rule
-asks every seed's own interval to exclude 0), and whether the published difference is at least the pooled MDE.
+1 - `compare.level` (`stats.minimum_detectable_difference`; its SE adds the seeds' spread to the questions'
+bootstrap), per seed at the power the verdict rule needs (every seed's own interval must exclude 0), and whether
+the published difference is at least both (`power`).
 
 Per arm and budget, how far each role moved from the start (the evaluate stage's movement files) and the seeds
 in which the arm's trained sub-agents changed no greedy output at all: there the arm's sub-agents are still the
@@ -23,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
+import numpy as np
+
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, Config
 from centralrl.errors import DataError
 from centralrl.stats import (
     VERDICT_RULE,
     Interval,
     macro_bootstrap_ci,
+    macro_mean,
     minimum_detectable_difference,
     paired_difference_ci,
     paired_difference_se,
@@ -125,40 +129,69 @@ def published_difference(claim: Sequence[str], metric: str) -> float | None:
 
 
 def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence[dict]], metric: str) -> dict:
-    """The minimum detectable difference (MDE) of the paired macro difference a - b: of its mean over the seeds
-    (`mde`, the experiment's) and of each seed's own (`seeds`), each from the paired bootstrap's standard error;
-    `detectable`: whether the published difference is at least the pooled MDE. a[seed], b[seed]: records.
+    """The minimum detectable difference (MDE) of the paired macro difference a - b, at `compare.power` and
+    alpha = 1 - `compare.level`, and whether the published difference is detectable. a[seed], b[seed]: records.
+
+    - `mde`: of the difference averaged over the seeds, from `se` = sqrt(`se_questions`^2 + `se_seeds`^2).
+      `se_questions` is the paired bootstrap's, which resamples questions only and so holds each seed's trained
+      model fixed; `se_seeds` = sqrt(var(seed differences) / S) (ddof 1) adds how much training itself varies
+      over seeds, which the claim is about. Conservative: that variance also holds part of the question noise.
+      With one seed it is unmeasured (None) and the MDE holds the model fixed.
+    - `seeds[s]`: each seed's `difference`, `se` and `mde`, and `rule_mde` at power `rule_power` = power^(1/S):
+      the verdict rule asks all S seeds' intervals to exclude 0, which independent seeds with that power each do
+      together with probability `compare.power` (seeds answering the same questions do so more often).
+    - `detectable`: the published difference is at least the pooled MDE and every seed's `rule_mde`, and no
+      seed is decided against it without spread (below).
 
     A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
-    its MDE and `detectable` are None rather than a detectable difference of 0. Such a seed is left out of the
-    pooled MDE (`pooled_seeds` lists the seeds kept): its zero differences would halve the standard error of the
-    seed mean and the effect with it, so the pooled MDE would claim twice the sensitivity the seeds that differ
-    have (seen in the realqa run: a seed in which no group's rewards differed, so neither arm trained)."""
-    c = cfg.compare
+    its MDE is None rather than 0. Such a seed is left out of the pooled MDE (`pooled_seeds` lists the seeds
+    kept): its zero differences would halve the standard error of the seed mean and the effect with it (seen in
+    the realqa run: a seed in which no group's rewards differed, so neither arm trained). Its interval is its
+    difference alone, so when that is 0 or of the other sign, "supported" cannot come out: not detectable."""
+    c, count = cfg.compare, len(a)
+    rule_power = c.power ** (1 / count)
+    groups = {seed: (score_groups(a[seed], metric), score_groups(b[seed], metric)) for seed in a}
 
-    def se_mde(seeds: Sequence[int]) -> dict[str, float]:
-        se = paired_difference_se(
-            [score_groups(a[s], metric) for s in seeds],
-            [score_groups(b[s], metric) for s in seeds],
-            seed=c.seed,
-            resamples=c.resamples,
-        )
-        return {"se": se, "mde": minimum_detectable_difference(se, level=c.level, power=c.power) if se else None}
+    def question_se(seeds: Sequence[int]) -> float:
+        pairs = [groups[seed] for seed in seeds]
+        return paired_difference_se([x for x, _ in pairs], [y for _, y in pairs], seed=c.seed, resamples=c.resamples)
 
-    seeds = {seed: se_mde([seed]) for seed in a}
-    spread = [seed for seed in a if seeds[seed]["se"]]
-    pooled = se_mde(spread) if spread else {"se": 0.0, "mde": None}
+    def mde(se: float, power: float = c.power) -> float | None:
+        return minimum_detectable_difference(se, level=c.level, power=power) if se else None
+
+    seeds = {}
+    for seed, (x, y) in groups.items():
+        se = question_se([seed])
+        seeds[seed] = {"difference": macro_mean(x) - macro_mean(y), "se": se, "mde": mde(se)}
+        seeds[seed]["rule_mde"] = mde(se, rule_power)
+    kept = [seed for seed in a if seeds[seed]["se"]]
+    se_questions = question_se(kept) if kept else 0.0
+    differences = [seeds[seed]["difference"] for seed in kept]
+    se_seeds = float(np.std(differences, ddof=1) / np.sqrt(len(kept))) if len(kept) > 1 else None
+    se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
     return {
         "power": c.power,
         "alpha": 1 - c.level,
         "questions": len(next(iter(a.values()))),
-        **pooled,
+        "se": se,
+        "se_questions": se_questions,
+        "se_seeds": se_seeds,
+        "mde": mde(se),
+        "rule_power": rule_power,
         "seeds": seeds,
-        "pooled_seeds": spread,
+        "pooled_seeds": kept,
         "published": published,
-        "detectable": None if None in (published, pooled["mde"]) else pooled["mde"] <= abs(published),
+        "detectable": _detectable(published, mde(se), seeds),
     }
+
+
+def _detectable(published: float | None, pooled_mde: float | None, seeds: Mapping[int, dict]) -> bool | None:
+    if published is None or pooled_mde is None:
+        return None
+    decided_against = any(not d["se"] and not d["difference"] * published > 0 for d in seeds.values())
+    rule_mdes = [d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None]
+    return not decided_against and max([pooled_mde, *rule_mdes]) <= abs(published)
 
 
 def sub_agent_roles(spec: ArmConfig) -> list[str]:

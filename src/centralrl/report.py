@@ -69,8 +69,11 @@ def verdict_section(result: dict) -> list[str]:
         "",
         "Published: Qwen2.5-3B, seven benchmarks, one run per arm at equal steps, no interval. MDE: the smallest "
         f"true difference that a two-sided test at alpha = {1 - result['level']:.2f} finds with probability "
-        f"{result['power']:.0%}, (z_(1-alpha/2) + z_power) x SE, SE the paired bootstrap's standard error of the "
-        "difference averaged over the seeds (in parentheses: each seed's own, which the verdict rule needs).",
+        f"{result['power']:.0%}, (z_(1-alpha/2) + z_power) x SE. SE: of the difference averaged over the seeds, "
+        "sqrt(SE_questions^2 + s_seeds^2 / S): the paired bootstrap's over the questions, plus how the seeds' own "
+        "differences spread, since the claim is about training, which varies by seed. In parentheses: what each "
+        "seed alone needs, as the verdict rule asks every seed's interval to exclude 0: its own SE at power "
+        f"{result['power']:.0%}^(1/S), so that all S seeds succeed together with probability {result['power']:.0%}.",
         "",
         *power_notes(result),
         *movement_notes(result),
@@ -79,7 +82,7 @@ def verdict_section(result: dict) -> list[str]:
 
 
 def _mde(power: Mapping) -> str:
-    per_seed = [d["mde"] for d in power["seeds"].values() if d["mde"] is not None]
+    per_seed = [d["rule_mde"] for d in power["seeds"].values() if d["rule_mde"] is not None]
     seeds = f" ({min(per_seed):.2f}-{max(per_seed):.2f})" if per_seed else ""
     return "none: no spread" if power["mde"] is None else f"{power['mde']:.2f}{seeds}"
 
@@ -93,38 +96,49 @@ def power_notes(result: dict) -> list[str]:
                 claim = cut["claim"][metric]
                 if claim["verdict"] == "inconclusive":
                     lines.append(
-                        f"- {backbone}, {budget}, {NAMES[metric]}: inconclusive; {_detectable(claim['power'])}"
+                        f"- {backbone}, {budget}, {NAMES[metric]}: inconclusive; {_detection(claim['power'])}"
                     )
     return lines + [""] if lines else []
 
 
-def _detectable(power: Mapping) -> str:
+def _detection(power: Mapping) -> str:
+    """Whether the published difference was detectable (`compare.power`), and if not, why, in one sentence."""
     kept = {str(seed) for seed in power["pooled_seeds"]}  # seed keys are strings once read back from JSON
-    left_out = [str(seed) for seed in power["seeds"] if str(seed) not in kept]
-    mde, published, size = (
-        power["mde"],
-        power["published"],
-        f"{power['questions']} questions x {len(kept)} seed{'' if len(kept) == 1 else 's'}"
-        + (f" (seed {', '.join(left_out)} left out: the arms answered every question alike)" if left_out else ""),
+    seeds = {str(seed): d for seed, d in power["seeds"].items()}
+    left_out = [seed for seed in seeds if seed not in kept]
+    mde, published = power["mde"], power["published"]
+    size = f"{power['questions']} questions x {len(kept)} seed{'' if len(kept) == 1 else 's'}" + (
+        f" (seed {', '.join(left_out)} left out: its differences had no spread, the arms answering every question "
+        "alike or apart by the same amount)"
+        if left_out
+        else " (one seed: how training varies over seeds is not in it)"
+        if len(kept) == 1
+        else ""
     )
     if mde is None:
         return (
-            "the paired differences have no spread over the questions (the arms scored alike, or apart by the same "
-            "amount, on every question), so the bootstrap gives no standard error to size a test with: whether this "
-            "experiment could have detected the published difference is unknown."
+            "the seed-averaged differences have no spread over the questions, so the bootstrap gives no standard "
+            "error to size a test with: whether this experiment could have detected the published difference is "
+            "unknown."
         )
-    worst = max((d["mde"] for d in power["seeds"].values() if d["mde"] is not None), default=0.0)
     if published is None:
         return f"the minimum detectable difference at {size} is {mde:.2f} (no published difference for these arms)."
-    if not power["detectable"]:
-        return (
-            f"this experiment could not have detected the published {published:+.2f}: its minimum detectable "
-            f"difference at {size} is {mde:.2f}."
+    worst = max((d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None), default=0.0)
+    against = [seed for seed in left_out if not seeds[seed]["difference"] * published > 0]
+    verb = "could" if power["detectable"] else "could not"
+    opening = f"this experiment {verb} have detected the published {published:+.2f}: "
+    if mde > abs(published) or power["detectable"]:
+        rule = f"; each seed alone, as the verdict rule asks, needs {worst:.2f}" if len(seeds) > 1 and worst else ""
+        return opening + f"its minimum detectable difference at {size} is {mde:.2f}{rule}."
+    if against:
+        return opening + (
+            f"seed {', '.join(against)} has no spread and a difference of "
+            f"{seeds[against[0]]['difference']:+.2f}, so the verdict rule (every seed's interval above 0) cannot "
+            "support the claim."
         )
-    caveat = f", though each seed alone (as the verdict rule asks) needs {worst:.2f}" if worst > abs(published) else ""
-    return (
-        f"this experiment could have detected the published {published:+.2f}: its minimum detectable difference "
-        f"at {size} is {mde:.2f}{caveat}."
+    return opening + (
+        f"the seed-averaged difference's minimum detectable difference at {size} is {mde:.2f}, but the verdict rule "
+        f"asks every seed's interval to exclude 0, and a seed alone needs {worst:.2f}."
     )
 
 
@@ -191,7 +205,7 @@ def gains_section(result: dict) -> list[str]:
         "## Did training help? Each arm minus its untrained start",
         "",
         "Paired over the test questions: the trained harness minus the same harness from the starting checkpoint "
-        "(macro F1 difference [95% CI], permutation p). **above** when the whole CI is above 0.",
+        f"(macro F1 difference [{result['level']:.0%} CI], permutation p). **above** when the whole CI is above 0.",
         "",
         "| backbone | budget | arm | start | seed | F1 difference [CI], p | above the start? |",
         "|---|---|---|---|---|---|---|",
@@ -398,7 +412,7 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + gains_section(result) + rise_section(histories) + spending_section(result)
     lines += movement_section(result)
-    lines += ["## Per benchmark (mean [95% CI], in %)", ""]
+    lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):
         lines += [
             f"Closed-book rows ({', '.join(result['closed_book'])}): no question of theirs has a supporting passage "

@@ -219,7 +219,8 @@ def paired_difference_se(a: Sequence[Groups], b: Sequence[Groups], *, seed: int,
     seeds answer the same questions), so the statistic is the macro-average of each question's difference
     averaged over seeds; its SE tends to sqrt(sum_k var0(D_k) / n_k) / K for K benchmarks, where D_k are the
     seed-averaged differences of benchmark k's n_k questions and var0 their variance with ddof 0. The spread of
-    training itself over seeds is not in it: the seeds are the experiment's, not resampled.
+    training itself over seeds is not in it: the seeds are the experiment's, not resampled (`compare.power` adds
+    it).
 
     >>> paired_difference_se([{"x": [1, 1]}], [{"x": [0, 0]}], seed=0)
     0.0
