@@ -167,3 +167,12 @@ def test_refreshed_lock_then_a_code_edit_reruns_exactly_the_stages_that_import_i
     assert changed == importers
     assert {"train", "evaluate", "evaluate_reference"} <= {stage.split("@")[0] for stage in changed}
     assert not any(stage.startswith("prepare_model") for stage in changed)
+
+    # an edit that alters one stage's outputs: refresh the rest, keep that one stale so dvc repro reruns it
+    kept = sorted(changed)[0]
+    assert codedeps(workspace, "--refresh-lock", "dvc.yaml", "--keep", kept).returncode == 0
+    assert {stage for stage, deps in changed_deps(workspace).items() if any(d.startswith(code) for d in deps)} == {
+        kept
+    }
+    unknown = codedeps(workspace, "--refresh-lock", "dvc.yaml", "--keep", "no_such_stage")
+    assert unknown.returncode == 1 and "--keep no_such_stage: no such stage in dvc.yaml" in unknown.stderr

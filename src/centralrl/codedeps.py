@@ -7,7 +7,8 @@ lazy imports inside `main()` count and third-party packages (torch, ...) are ign
 such a list, independent of the checkout folder.
 
 Command line (`python -m centralrl.codedeps --help`): `--check dvc.yaml` lists, per stage, the project files
-its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps of dvc.lock.
+its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps of dvc.lock
+(`--keep STAGE` leaves a stage whose outputs the change alters as it was).
 """
 
 from __future__ import annotations
@@ -121,10 +122,11 @@ def uncovered_sources(dvc_yaml: Path) -> dict[str, list[str]]:
     return gaps
 
 
-def refresh_lock_deps(dvc_yaml: Path) -> list[str]:
-    """Rewrite the `deps` of every stage of `dvc_yaml` that dvc.lock records, to match dvc.yaml's deps as they
-    are now, and return those stages' names. `outs`, `params`, `cmd` and stages no longer in dvc.yaml are left
-    as they are.
+def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
+    """Rewrite the `deps` of every stage of `dvc_yaml` that dvc.lock records, except the stages named in `keep`,
+    to match dvc.yaml's deps as they are now, and return those stages' names. `outs`, `params`, `cmd` and stages
+    no longer in dvc.yaml are left as they are; so are the kept stages, whose outputs the change would alter:
+    `dvc repro` reruns them.
 
     Source deps are hashed by DVC itself (`Dependency.save`, what `dvc commit` does). A dep on a pipeline output
     (or a folder holding one) keeps the hash the lock records for it, or takes the producing stage's recorded
@@ -136,8 +138,11 @@ def refresh_lock_deps(dvc_yaml: Path) -> list[str]:
     root = Path(dvc_yaml).resolve().parent
     with _open_repo(root) as repo, modify_yaml(str(root / "dvc.lock")) as lock:
         pipeline = _pipeline_stages(repo, dvc_yaml)
+        unknown = sorted(set(keep) - {stage.name for stage in pipeline})
+        if unknown:
+            raise CentralRLError(f"--keep {', '.join(unknown)}: no such stage in {dvc_yaml}")
         outs = {PurePosixPath(out.def_path): out for stage in pipeline for out in stage.outs}
-        stages = [stage for stage in pipeline if stage.name in lock["stages"]]
+        stages = [stage for stage in pipeline if stage.name in lock["stages"] and stage.name not in keep]
         for stage in stages:
             for dep in _file_deps(stage):
                 _rehash(stage, dep, outs)
@@ -169,14 +174,24 @@ def main(argv: list[str] | None = None) -> int:
         "DVC_YAML to match DVC_YAML's deps (new deps added, removed ones dropped, source files "
         "rehashed by DVC); outs, params and cmd are kept. Otherwise run `dvc repro`",
     )
+    parser.add_argument(
+        "--keep",
+        metavar="STAGE",
+        action="append",
+        default=[],
+        help="with --refresh-lock: leave this stage's lock entry as it is, because the change alters its outputs "
+        "(`dvc repro` then reruns it); repeatable",
+    )
     args = parser.parse_args(argv)
+    if args.keep and not args.refresh_lock:
+        parser.error("--keep goes with --refresh-lock")
     dvc_yaml = args.check or args.refresh_lock
     if not dvc_yaml.is_file():
         parser.error(f"{dvc_yaml}: no such file")
     if dvc_yaml.name != "dvc.yaml":  # DVC reads no other name, so no stage would match and the check would pass
         parser.error(f"{dvc_yaml}: DVC reads a pipeline only from a file named dvc.yaml")
     try:
-        return _print_gaps(uncovered_sources(dvc_yaml)) if args.check else _print_refreshed(dvc_yaml)
+        return _print_gaps(uncovered_sources(dvc_yaml)) if args.check else _print_refreshed(dvc_yaml, args.keep)
     except CentralRLError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -190,9 +205,10 @@ def _print_gaps(gaps: dict[str, list[str]]) -> int:
     return 1 if gaps else 0
 
 
-def _print_refreshed(dvc_yaml: Path) -> int:
-    stages = refresh_lock_deps(dvc_yaml)
-    print(f"dvc.lock: deps refreshed for {len(stages)} stages: {', '.join(stages)}")
+def _print_refreshed(dvc_yaml: Path, keep: list[str]) -> int:
+    stages = refresh_lock_deps(dvc_yaml, keep)
+    kept = f"; kept as they were: {', '.join(keep)}" if keep else ""
+    print(f"dvc.lock: deps refreshed for {len(stages)} stages: {', '.join(stages)}{kept}")
     return 0
 
 
