@@ -12,7 +12,8 @@ import string
 from collections.abc import Callable
 from pathlib import Path
 
-from centralrl.compare import checked_record, comparison
+from centralrl.attribution import shown_passages
+from centralrl.compare import checked_record, comparison, lost_answers
 from centralrl.config import Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         help="input: prepare_data's counts (metrics/data.json); a benchmark with no supporting passage is labelled "
         "closed-book in the report",
     )
+    parser.add_argument(
+        "--corpus", required=True, help="input: the corpus the index holds (where each wrong answer was last seen)"
+    )
     parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
     parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
     args = parser.parse_args(argv)
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     records, references, cuts, histories, movement = load_cells(cfg, args)
     result = comparison(cfg, records, references, cuts, movement)
+    result["lost"] = lost_answers(records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
     if args.data:
         result["closed_book"] = closed_book(_json(Path(args.data), "prepare_data"))
     write_json(args.metrics, result)

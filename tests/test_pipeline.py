@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from centralrl.attribution import PLACES
 from centralrl.errors import DataError
 from stages import build_index, prepare_data
 
@@ -172,6 +173,13 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
         assert set(equal_tokens["claim"][metric]["seeds"]) == {"0"}
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Verdict" in report and "## What each arm spent" in report and "47.79" in report
+    assert "## Where the wrong answers were lost" in report
+    lost = result["lost"]["main"]
+    tables = [*lost["references"].values()] + [
+        table for arms in lost["budgets"].values() for seeds in arms.values() for table in seeds.values()
+    ]
+    assert len(tables) == 1 + 2 * 2  # base; 2 arms x 1 seed x 2 budgets
+    assert all(t["right"] + sum(t[place] for place in PLACES) == t["questions"] == 18 for t in tables)
     assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"training_main.png", "f1_vs_compute_main.png"}
     assert (tmp_path / "report" / "report.html").read_text().startswith("<!doctype html>")
     _assert_one_parent_run(tmp_path / "mlflow.db")

@@ -26,6 +26,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from centralrl.attribution import attribution_table
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, Config
 from centralrl.errors import DataError
 from centralrl.stats import (
@@ -283,6 +284,30 @@ def budget_comparison(
         }
     moved = {arm: arm_movement(cfg.arm(arm), movement[arm]) for arm in cfg.arms}
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
+
+
+def lost_answers(records: Mapping, reference_records: Mapping, shown: Mapping[str, str]) -> dict:
+    """Where each cell's wrong answers were last seen (`attribution.attribution_table`): backbone ->
+    {"references": {reference: table}, "budgets": {budget: {arm: {seed: table}}}}. records and reference_records
+    as `comparison` takes them; shown: passage id -> what a role saw of it (`attribution.shown_passages`)."""
+
+    def table(name: str, rows: Sequence[dict]) -> dict:
+        return attribution_table([(f"{name}, record {i}", row) for i, row in enumerate(rows, 1)], shown)
+
+    lost = {}
+    for backbone, arms in records.items():
+        budgets = next(iter(next(iter(arms.values())).values()))
+        lost[backbone] = {
+            "references": {ref: table(ref, rows) for ref, rows in reference_records[backbone].items()},
+            "budgets": {
+                budget: {
+                    arm: {seed: table(f"{arm} seed {seed} {budget}", cells[budget]) for seed, cells in seeds.items()}
+                    for arm, seeds in arms.items()
+                }
+                for budget in budgets
+            },
+        }
+    return lost
 
 
 def _interval(d: dict) -> Interval:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from centralrl.attribution import markdown
 from centralrl.compare import PUBLISHED, VERDICT_METRICS
 from centralrl.plots import (
     dev_points,
@@ -274,6 +275,27 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+def lost_section(result: dict) -> list[str]:
+    """Per backbone, the references' and every trained cell's wrong test answers by where they were last seen."""
+    lines = [
+        "## Where the wrong answers were lost",
+        "",
+        "Each wrong test episode (Acc 0) at the last point of the harness's data flow that still held a golden "
+        "answer: `not_retrieved` (no passage the sub-questions retrieved), `in_passages` (retrieved, left out of "
+        "the notes), `in_notes` (noted, not answered); `yes_no` and `in_question` cannot be placed (the answer is "
+        "yes/no, or named in the question). Per cell, with the share of its wrong answers "
+        "(`python -m centralrl.attribution` does the same for any records).",
+        "",
+    ]
+    for backbone, lost in result["lost"].items():
+        tables = {f"{backbone} {ref}": table for ref, table in lost["references"].items()}
+        for budget, arms in lost["budgets"].items():
+            for arm, seeds in arms.items():
+                tables |= {f"{backbone} {budget} {arm} seed {seed}": table for seed, table in seeds.items()}
+        lines += [markdown(tables), ""]
+    return lines
+
+
 def movement_section(result: dict) -> list[str]:
     """Per backbone, budget, arm and role: calls, the share changed from the start and the mean KL to it, per seed
     and averaged over seeds (a frozen role is the start: marked, not measured)."""
@@ -411,7 +433,7 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + gains_section(result) + rise_section(histories) + spending_section(result)
-    lines += movement_section(result)
+    lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):
         lines += [
