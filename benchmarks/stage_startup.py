@@ -41,11 +41,11 @@ run_stage(lambda: None, prefect_server=True)
 
 SEQUENTIAL = """
 import sys
-from centralrl.services import stage_prefect_server
-from stages.cli import _prepare, _quiet_known_errors_in_prefect_logs
+from centralrl.services import quiet_known_errors_in_prefect_logs, stage_prefect_server
+from stages.cli import _prepare
 with stage_prefect_server():
     _prepare(["--params", {params!r}], tracked=False)
-    _quiet_known_errors_in_prefect_logs()
+    quiet_known_errors_in_prefect_logs()
 """
 
 

@@ -14,13 +14,16 @@ training even if it is stale (`dvc status` still says so afterwards).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from centralrl.dvc_runs import EVALUATION_STAGES, dvc_command, dvc_env, read_params, stream
+from centralrl.dvc_runs import EVALUATION_STAGES, check_profile, dvc_command, dvc_env, read_params, stream
+from centralrl.errors import CentralRLError, RunError
+from centralrl.services import quiet_known_errors_in_prefect_logs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,12 +39,9 @@ def plan(
     single_item: bool = False,
 ) -> list[str]:
     """The full dvc command line for this run, checked against params.yaml (unknown arms fail here)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "dvc",
-        *dvc_command(read_params(repo), profile, arms, seeds, targets, dry_run, single_item),
-    ]
+    params = read_params(repo)
+    check_profile(repo, params, profile)
+    argv = [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
     get_run_logger().info("in %s: dvc %s", repo, " ".join(argv[3:]))
     return argv
 
@@ -52,7 +52,7 @@ def run_dvc(repo: str, argv: list[str]) -> list[str]:
     logger = get_run_logger()
     code, tail = stream(argv, repo, logger.info, dvc_env())
     if code != 0:
-        raise RuntimeError(f"`dvc {' '.join(argv[3:])}` exited with code {code}; its last lines:\n" + "\n".join(tail))
+        raise RunError(f"`dvc {' '.join(argv[3:])}` exited with code {code}; its last lines:\n" + "\n".join(tail))
     return tail
 
 
@@ -87,5 +87,24 @@ def evaluation(
     return run_dvc(root, plan(root, profile, arms, seeds, targets, dry_run, single_item=True))
 
 
-if __name__ == "__main__":  # python flows/experiment.py [--dry]: the default experiment, as the deployment runs it
-    experiment(dry_run="--dry" in sys.argv[1:])
+def main(argv: list[str] | None = None) -> int:
+    """`python flows/experiment.py [--dry] ...`: the experiment flow as the deployment runs it, from a shell."""
+    parser = argparse.ArgumentParser(prog="python flows/experiment.py", description=experiment.description)
+    parser.add_argument("--dry", action="store_true", help="print what would run (dvc --dry)")
+    parser.add_argument("--profile", default="default", help="a profile of profiles/ (default: %(default)s)")
+    parser.add_argument("--arms", nargs="+", help="only these arms' train and evaluate stages")
+    parser.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of params.yaml's")
+    parser.add_argument("--targets", nargs="+", help="DVC stage or group names (default: the whole pipeline)")
+    args = parser.parse_args(argv)
+    try:
+        experiment(args.profile, args.arms, args.seeds, args.targets, args.dry)
+    except CentralRLError as error:
+        print(f"experiment: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+quiet_known_errors_in_prefect_logs()  # a bad parameter or a failed dvc run: its message, not a traceback
+
+if __name__ == "__main__":
+    sys.exit(main())

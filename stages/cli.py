@@ -34,23 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from centralrl.errors import CentralRLError
+from centralrl.errors import USER_OS_ERRORS, CentralRLError
 from centralrl.io import clean_stale_temporaries
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 
-# OSErrors that describe the user's files or machine rather than a bug: reported in one line, naming the path
-USER_OS_ERRORS = {
-    errno.ENOENT,
-    errno.ENOTDIR,
-    errno.EEXIST,
-    errno.EISDIR,
-    errno.EACCES,
-    errno.EPERM,
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EROFS,
-    errno.EFBIG,
-}
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
@@ -123,33 +110,14 @@ def _prefect(wanted: bool, prepare: Callable[[], None]):
         prepare()
         yield
         return
-    from centralrl.services import stage_prefect_server
+    from centralrl.services import quiet_known_errors_in_prefect_logs, stage_prefect_server
 
     def get_ready() -> None:
         prepare()
-        _quiet_known_errors_in_prefect_logs()
+        quiet_known_errors_in_prefect_logs()
 
     with stage_prefect_server(meanwhile=get_ready):
         yield
-
-
-def _quiet_known_errors_in_prefect_logs() -> None:
-    """Prefect logs a failed flow or task run with its traceback; keep only the message for known errors."""
-    import logging
-
-    import prefect.logging  # noqa: F401  (configures Prefect's loggers, which must exist before the filter)
-
-    for logger in ("prefect.flow_runs", "prefect.task_runs"):
-        logging.getLogger(logger).addFilter(_drop_known_tracebacks)
-
-
-def _drop_known_tracebacks(record) -> bool:
-    error = record.exc_info[1] if record.exc_info else None
-    if isinstance(error, (CentralRLError, KeyboardInterrupt)) or (
-        isinstance(error, OSError) and error.errno in USER_OS_ERRORS
-    ):
-        record.exc_info = record.exc_text = None
-    return True
 
 
 def describe_os_error(error: OSError) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from centralrl import services
+from centralrl.errors import ConfigError
 from centralrl import dvc_runs
 
 from conftest import REPO, session_prefect_env, write_params
@@ -72,8 +74,56 @@ def test_dvc_command_uses_repro_unless_params_differ():
 def test_arms_become_stage_targets_and_unknown_arms_fail():
     targets = dvc_runs.stage_targets(PARAMS, ["train", "evaluate_reference"], ["central_only"], None)
     assert targets == ["train@central_only-0-main", "train@central_only-1-main", "evaluate_reference"]
-    with pytest.raises(ValueError, match="unknown arm.*'centrl_only'.*central_only, joint"):
+    with pytest.raises(ConfigError, match="unknown arm.*'centrl_only'.*central_only, joint"):
         dvc_runs.stage_targets(PARAMS, None, ["centrl_only"], None)
+    with pytest.raises(
+        ConfigError, match=r"arms narrows only the train and evaluate stages, and targets \['compare'\]"
+    ):
+        dvc_runs.stage_targets(PARAMS, ["compare"], ["joint"], None)  # was: compare alone, the arm dropped
+
+
+@pytest.mark.parametrize("empty", ["arms", "seeds", "targets"])
+def test_an_empty_selection_is_refused_not_read_as_everything(empty):
+    chosen = {"arms": ["joint"], "seeds": [0], "targets": ["evaluate"]} | {empty: []}
+    with pytest.raises(ConfigError, match=f"{empty}: an empty list selects nothing"):
+        dvc_runs.dvc_command(PARAMS, "default", chosen["arms"], chosen["seeds"], chosen["targets"], True)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("- a\n- b\n", "expected a mapping of params, got list"),
+        ("a: [\n", "not valid YAML"),
+        ("profile: default\nbackbones: [main]\narms: {a: {}}\n", "seeds (an axis of the DVC matrix) must be a list"),
+    ],
+)
+def test_a_bad_params_file_is_named_before_dvc_runs(tmp_path, text, says):
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'params.yaml'}: {says}")):
+        dvc_runs.read_params(tmp_path)
+
+
+def test_an_unknown_profile_is_named_with_the_known_ones():
+    params = dvc_runs.read_params(REPO)
+    dvc_runs.check_profile(REPO, params, "smoke")
+    for bad in ("bogus", ""):
+        with pytest.raises(ConfigError, match=f"profile '{bad}': no profiles/{bad}.yaml in .*known: default, "):
+            dvc_runs.check_profile(REPO, params, bad)
+
+
+def test_the_experiment_script_parses_its_arguments_and_names_a_bad_one(prefect_server):
+    """`--help` used to start a full `dvc repro` (any argument but --dry was ignored)."""
+    script = [sys.executable, str(REPO / "flows" / "experiment.py")]
+    env = os.environ | session_prefect_env()
+    shown = subprocess.run([*script, "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0 and "--profile" in shown.stdout and "--dry" in shown.stdout
+    typo = subprocess.run([*script, "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
+    assert typo.returncode == 2 and "unrecognized arguments: --dry-run" in typo.stderr
+    bad = subprocess.run(
+        [*script, "--profile", "bogus", "--dry"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert bad.returncode == 1 and "experiment: error: profile 'bogus': no profiles/bogus.yaml" in bad.stderr
+    assert "Traceback" not in bad.stdout + bad.stderr
 
 
 def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):

@@ -23,17 +23,40 @@ from pathlib import Path
 
 import yaml
 
+from centralrl.errors import ConfigError
+
 ARM_STAGES = ("train", "evaluate")  # matrix stages over arms x seeds x backbones: <stage>@<arm>-<seed>-<backbone>
 EVALUATION_STAGES = ("evaluate", "evaluate_reference", "compare")
 TAIL_LINES = 40  # the output lines a failed run's error message carries
 
 
 def read_params(repo: str | Path) -> dict:
-    """params.yaml of the repo (the matrix axes live there only; profiles may not set them)."""
+    """params.yaml of the repo (the matrix axes live there only; profiles may not set them), with its axes
+    checked: `seeds` and `backbones` lists, `arms` a mapping."""
     path = Path(repo) / "params.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: `repo` must be the root of a centralrl checkout")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raise ConfigError(f"{path} not found: `repo` must be the root of a centralrl checkout")
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping of params, got {type(params).__name__}")
+    for axis, kind in (("seeds", list), ("backbones", list), ("arms", dict)):
+        if not isinstance(params.get(axis), kind):
+            wanted = "a list" if kind is list else "a mapping"
+            raise ConfigError(f"{path}: {axis} (an axis of the DVC matrix) must be {wanted}, got {params.get(axis)!r}")
+    return params
+
+
+def check_profile(repo: str | Path, params: dict, profile: str | None) -> None:
+    """A profile other than params.yaml's must be a file of the repo's profiles/ (DVC would fail only inside a
+    stage, after copying the workspace for the experiment)."""
+    if profile is None or profile == params.get("profile"):
+        return
+    known = sorted(path.stem for path in (Path(repo) / "profiles").glob("*.yaml"))
+    if profile not in known:
+        raise ConfigError(f"profile {profile!r}: no profiles/{profile}.yaml in {repo}; known: {', '.join(known)}")
 
 
 def overrides(params: dict, profile: str | None, seeds: list[int] | None) -> list[str]:
@@ -66,7 +89,12 @@ def stage_targets(
     known = list(params.get("arms") or {})
     unknown = [arm for arm in arms if arm not in known]
     if unknown:
-        raise ValueError(f"unknown arm(s) {unknown}; params.yaml defines: {', '.join(known)}")
+        raise ConfigError(f"unknown arm(s) {unknown}; params.yaml defines: {', '.join(known)}")
+    if targets and not set(targets) & set(ARM_STAGES):
+        raise ConfigError(
+            f"arms narrows only the {' and '.join(ARM_STAGES)} stages, and targets {targets} hold neither: "
+            "leave arms out, or add one of them to targets"
+        )
     cells = [
         (arm, seed, backbone)
         for arm in arms
@@ -93,6 +121,9 @@ def dvc_command(
     >>> dvc_command({"profile": "default", "seeds": [0]}, "smoke", None, None, ["compare"], True)
     ['exp', 'run', '-S', 'profile=smoke', '--dry', 'compare']
     """
+    for name, chosen in (("arms", arms), ("seeds", seeds), ("targets", targets)):
+        if chosen is not None and not chosen:
+            raise ConfigError(f"{name}: an empty list selects nothing; name at least one, or leave {name} out for all")
     options = overrides(params, profile, seeds)
     verb = ["exp", "run", *options] if options else ["repro"]
     flags = (["--single-item"] if single_item else []) + (["--dry"] if dry_run else [])

@@ -1,4 +1,22 @@
-"""The project's error types: each names what is wrong and where, so a user can fix it without a debugger."""
+"""The project's error types: each names what is wrong and where, so a user can fix it without a debugger.
+`is_known` says which errors are reported in one line (these, the user's OS errors, an interrupt), not with a
+traceback."""
+
+import errno
+
+# OSErrors that describe the user's files or machine rather than a bug: reported in one line, naming the path
+USER_OS_ERRORS = {
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.EISDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EFBIG,
+}
 
 
 class CentralRLError(Exception):
@@ -31,3 +49,15 @@ class OutputError(CentralRLError):
 
 class TrackingError(CentralRLError):
     """The MLflow tracking store cannot be reached or refuses the run; the message names the URI (masked)."""
+
+
+class RunError(CentralRLError):
+    """A command the pipeline runs (dvc) failed; the message carries its exit code and last output lines."""
+
+
+def is_known(error: BaseException | None) -> bool:
+    """An error this project reports in one line: one of its own, an OSError about the user's files or machine,
+    or an interrupt. Anything else is a bug and keeps its traceback."""
+    return isinstance(error, (CentralRLError, KeyboardInterrupt)) or (
+        isinstance(error, OSError) and error.errno in USER_OS_ERRORS
+    )

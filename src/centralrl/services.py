@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from centralrl.errors import CentralRLError, TrackingError
+from centralrl.errors import CentralRLError, TrackingError, is_known
 from centralrl.io import scratch_folder
 from centralrl.processes import tied_to_this_process
 from centralrl.redact import redact
@@ -179,6 +179,23 @@ def _send_queued_prefect_logs(timeout: float = 5.0) -> None:
         from prefect.logging.handlers import APILogWorker
 
         APILogWorker.drain_all(timeout=timeout)
+
+
+def quiet_known_errors_in_prefect_logs() -> None:
+    """Prefect logs a failed flow or task run with its traceback; keep only the message for known errors
+    (`errors.is_known`: a bad param, bad data, a failed dvc run, ...)."""
+    import logging
+
+    import prefect.logging  # noqa: F401  (configures Prefect's loggers, which must exist before the filter)
+
+    for logger in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(logger).addFilter(_drop_known_tracebacks)
+
+
+def _drop_known_tracebacks(record) -> bool:
+    if record.exc_info and is_known(record.exc_info[1]):
+        record.exc_info = record.exc_text = None
+    return True
 
 
 def is_file_store(uri: str) -> bool:
