@@ -8,13 +8,14 @@ filled in for every cell the params name; a missing file is an error that names 
 from __future__ import annotations
 
 import argparse
+import math
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
 from centralrl.compare import checked_record, comparison, lost_answers
-from centralrl.config import Config, load_config
+from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from centralrl.report import closed_book, write_report
@@ -49,21 +50,75 @@ def pattern(*placeholders: str) -> Callable[[str], str]:
     return parse
 
 
+def _number(value: object, where: str, field: str, nullable: bool = False) -> None:
+    """A finite number (NaN would reach the report as 'nan' and metrics/compare.json as invalid JSON)."""
+    if value is None and nullable:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(f"{where}: field {field!r} must be a finite number, got {value!r}")
+
+
 def checked_history_row(row: dict, where: str) -> dict:
-    """A training history row holding what the report reads: a numeric `step` and `reward_mean`, and
-    `spent.flops` (the dev curve's x) in a row where the dev split was scored."""
-    needed = ["step", "reward_mean"] + (["spent.flops"] if any(k.startswith("dev.") for k in row) else [])
-    for key in needed:
-        if isinstance(row.get(key), bool) or not isinstance(row.get(key), (int, float)):
-            raise DataError(f"{where}: field {key!r} must be a number, got {row.get(key)!r}")
+    """A training history row holding what the report reads: a numeric `step` and `reward_mean` (0 to 1), and
+    `spent.flops` (the dev curve's x) and finite dev scores in a row where the dev split was scored."""
+    dev = [key for key in row if key.startswith("dev.")]
+    for key in ["step", "reward_mean", *dev] + (["spent.flops"] if dev else []):
+        _number(row.get(key), where, key)
+    if not 0 <= row["reward_mean"] <= 1:
+        raise DataError(f"{where}: field 'reward_mean' must be a reward from 0 to 1, got {row['reward_mean']!r}")
     return row
+
+
+def checked_history(rows: list[dict], path: Path) -> list[dict]:
+    """A history whose steps rise (the report's first and last quarters are by step)."""
+    steps = [row["step"] for row in rows]
+    if steps != sorted(set(steps)):
+        raise DataError(f"{path}: steps must rise one row after another, got {steps}")
+    return rows
+
+
+def checked_cuts(cuts: object, path: Path, budgets: Sequence[str]) -> dict:
+    """budgets.json: for every budget of params, the step its cut fell at, whether the budget was reached, and
+    what the run had spent (trained tokens, FLOPs)."""
+    if not isinstance(cuts, dict):
+        raise DataError(f"{path}: expected a mapping of budgets, got {type(cuts).__name__}")
+    for budget in budgets:
+        cut, where = cuts.get(budget), f"{path}: budget {budget!r}"
+        if not isinstance(cut, dict) or not isinstance(cut.get("spent"), dict):
+            raise DataError(f"{where}: no cut with its `spent` (params has this budget: rerun the train stage)")
+        if not isinstance(cut.get("reached"), bool):
+            raise DataError(f"{where}: field 'reached' must be true or false, got {cut.get('reached')!r}")
+        _number(cut.get("step"), where, "step")
+        for field in ("trained_tokens", "flops"):
+            _number(cut["spent"].get(field), where, f"spent.{field}")
+    return cuts
+
+
+def checked_movement(movement: object, path: Path, budgets: Sequence[str], roles: Sequence[str]) -> dict:
+    """An evaluate stage's movement file: for every budget, each of the arm's roles with its calls, changed
+    outputs, their share and its KL to the start (the last two None when it made no call)."""
+    if not isinstance(movement, dict):
+        raise DataError(f"{path}: expected a mapping of budgets, got {type(movement).__name__}")
+    for budget in budgets:
+        for role in roles:
+            entry, where = (movement.get(budget) or {}).get(role), f"{path}: budget {budget!r}, role {role!r}"
+            if not isinstance(entry, dict) or "adapter" not in entry:
+                raise DataError(f"{where}: missing (rerun the evaluate stage)")
+            for field in ("calls", "changed"):
+                _number(entry.get(field), where, field)
+            for field in ("changed_share", "kl"):
+                _number(entry.get(field), where, field, nullable=True)
+    return movement
 
 
 def _rows(path: Path, stage: str, check: Callable[[dict, str], dict] = lambda row, where: row) -> list[dict]:
     """The rows of a JSONL output of `stage`, each passed through `check` (with its file and line)."""
     if not path.is_file():
         raise DataError(f"{path} not found: run `dvc repro {stage}` first")
-    return [check(row, where) for where, row in read_jsonl(path)]
+    rows = [check(row, where) for where, row in read_jsonl(path)]
+    if not rows:
+        raise DataError(f"{path}: no rows; rerun `dvc repro {stage}`")
+    return rows
 
 
 def _json(path: Path, stage: str):
@@ -99,30 +154,26 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
             )
             for ref in cfg.references
         }
-        cuts[b] = {
-            arm: {
-                s: _json(Path(args.budgets.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}")
-                for s in cfg.seeds
-            }
-            for arm in cfg.arms
-        }
-        histories[b] = {
-            arm: {
-                s: _rows(
-                    Path(args.history.format(backbone=b, arm=arm, seed=s)), f"train@{arm}-{s}-{b}", checked_history_row
-                )
-                for s in cfg.seeds
-            }
-            for arm in cfg.arms
-        }
-        movement[b] = {
-            arm: {
-                s: _json(Path(args.movement.format(backbone=b, arm=arm, seed=s)), f"evaluate@{arm}-{s}-{b}")
-                for s in cfg.seeds
-            }
-            for arm in cfg.arms
-        }
+        cuts[b] = {arm: {s: _cuts(cfg, args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
+        histories[b] = {arm: {s: _history(args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
+        movement[b] = {arm: {s: _movement(cfg, args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
     return records, references, cuts, histories, movement
+
+
+def _cuts(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int) -> dict:
+    path = Path(args.budgets.format(backbone=backbone, arm=arm, seed=seed))
+    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, list(cfg.budgets))
+
+
+def _history(args: argparse.Namespace, backbone: str, arm: str, seed: int) -> list[dict]:
+    path = Path(args.history.format(backbone=backbone, arm=arm, seed=seed))
+    return checked_history(_rows(path, f"train@{arm}-{seed}-{backbone}", checked_history_row), path)
+
+
+def _movement(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int) -> dict:
+    path = Path(args.movement.format(backbone=backbone, arm=arm, seed=seed))
+    roles = TOPOLOGY_ROLES[cfg.arm(arm).topology]
+    return checked_movement(_json(path, f"evaluate@{arm}-{seed}-{backbone}"), path, list(cfg.budgets), roles)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,9 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     result["lost"] = lost_answers(records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
     if args.data:
         result["closed_book"] = closed_book(_json(Path(args.data), "prepare_data"))
-    write_json(args.metrics, result)
-    with atomic_directory(args.report) as tmp:
+    with atomic_directory(args.report) as tmp:  # the metrics only once the report is whole: they never disagree
         write_report(result, histories, cfg.profile, tmp)
+        write_json(args.metrics, result)
     tracker = open_tracker(cfg.tracking)
     with tracker.run("compare", cell_tags(cfg, stage="compare"), parent=cfg):
         for path in sorted(Path(args.report).iterdir()):

@@ -116,6 +116,7 @@ def test_claim_must_name_two_arms(tmp_path):
         ({"harness": {"temperature": float("inf")}}, r"harness\.temperature: Input should be a finite number"),
         ({"seeds": [-1]}, r"seeds\.0: Input should be greater than or equal to 0"),  # a stage name "train@a--1-main"
         ({"compare": {"seed": -1}}, r"compare\.seed: Input should be greater than or equal to 0"),  # numpy refuses it
+        ({"compare": {"permutations": 2**40}}, r"compare\.permutations: Input should be less than or equal"),
         ({"tracking": {"experiment": ""}}, r"tracking\.experiment: String should have at least 1 character"),
         ({"tracking": {"uri": "mlflow.db"}}, r"tracking\.uri: a file store .* which MLflow 3 refuses"),
         ({"lora": {"target_modules": []}}, r"lora\.target_modules: List should have at least 1 item"),

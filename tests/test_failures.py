@@ -184,9 +184,12 @@ def test_cells_that_file_one_question_under_two_benchmarks_are_refused():
 @pytest.mark.parametrize(
     "row, named",
     [
-        ({"step": 1}, "'reward_mean' must be a number, got None"),
-        ({"step": 1, "reward_mean": "high"}, "'reward_mean' must be a number, got 'high'"),
-        ({"step": 2, "reward_mean": 0.5, "dev.f1": 0.3}, "'spent.flops' must be a number, got None"),
+        ({"step": 1}, "'reward_mean' must be a finite number, got None"),
+        ({"step": 1, "reward_mean": "high"}, "'reward_mean' must be a finite number, got 'high'"),
+        ({"step": 1, "reward_mean": float("nan")}, "'reward_mean' must be a finite number, got nan"),
+        ({"step": 1, "reward_mean": -5}, "'reward_mean' must be a reward from 0 to 1, got -5"),
+        ({"step": 2, "reward_mean": 0.5, "dev.f1": 0.3}, "'spent.flops' must be a finite number, got None"),
+        ({"step": 2, "reward_mean": 0.5, "dev.f1": float("nan"), "spent.flops": 1.0}, "'dev.f1' must be a finite"),
     ],
 )
 def test_a_history_row_the_report_cannot_read_is_named(row, named):
@@ -195,6 +198,66 @@ def test_a_history_row_the_report_cannot_read_is_named(row, named):
     assert checked_history_row({"step": 1, "reward_mean": 0.25}, "h.jsonl:1")["reward_mean"] == 0.25
     with pytest.raises(DataError, match=re.escape(f"h.jsonl:3: field {named}")):
         checked_history_row(row, "h.jsonl:3")
+
+
+@pytest.mark.parametrize("steps", [[2, 1], [1, 1]])
+def test_a_history_whose_steps_do_not_rise_is_named(steps):
+    # reversed rows turned a reward rise of +0.6 into -0.6 in the report
+    from stages.compare import checked_history
+
+    assert checked_history([{"step": 1}, {"step": 2}], Path("h.jsonl"))
+    with pytest.raises(DataError, match=re.escape(f"h.jsonl: steps must rise one row after another, got {steps}")):
+        checked_history([{"step": s} for s in steps], Path("h.jsonl"))
+
+
+def test_an_empty_output_the_report_reads_is_named(tmp_path):
+    # every records file empty ended in numpy's "no benchmarks given"; an empty history showed 0 steps, +0.000
+    from stages.compare import _rows
+
+    (tmp_path / "records.jsonl").write_text("")
+    with pytest.raises(DataError, match=re.escape("records.jsonl: no rows; rerun `dvc repro evaluate@joint-0-main`")):
+        _rows(tmp_path / "records.jsonl", "evaluate@joint-0-main")
+
+
+GOOD_CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
+
+
+@pytest.mark.parametrize(
+    "cuts, named",
+    [
+        ([GOOD_CUT], "b.json: expected a mapping of budgets, got list"),
+        ({"steps": GOOD_CUT}, "b.json: budget 'tokens': no cut with its `spent`"),
+        ({"steps": GOOD_CUT, "tokens": {**GOOD_CUT, "reached": "yes"}}, "budget 'tokens': field 'reached' must be"),
+        ({"steps": GOOD_CUT, "tokens": {**GOOD_CUT, "spent": {"flops": 1.0}}}, "field 'spent.trained_tokens' must"),
+    ],
+)
+def test_budget_cuts_the_report_cannot_read_are_named(cuts, named):
+    from stages.compare import checked_cuts
+
+    assert checked_cuts({"steps": GOOD_CUT, "tokens": GOOD_CUT}, Path("b.json"), ["steps", "tokens"])
+    with pytest.raises(DataError, match=re.escape(named)):
+        checked_cuts(cuts, Path("b.json"), ["steps", "tokens"])
+
+
+MOVED = {"adapter": "central", "calls": 4, "changed": 1, "changed_share": 0.25, "kl": 0.01}
+ROLES = ["central", "conclusion"]
+
+
+@pytest.mark.parametrize(
+    "movement, named",
+    [
+        ({"steps": {"central": MOVED}}, "m.json: budget 'steps', role 'conclusion': missing"),
+        ({"steps": {"central": MOVED, "conclusion": {**MOVED, "kl": float("nan")}}}, "field 'kl' must be a finite"),
+        ({"steps": {"central": MOVED, "conclusion": {**MOVED, "changed": "3"}}}, "field 'changed' must be a finite"),
+    ],
+)
+def test_a_movement_file_the_report_cannot_read_is_named(movement, named):
+    from stages.compare import checked_movement
+
+    frozen = {"adapter": None, "calls": 0, "changed": 0, "changed_share": None, "kl": None}
+    assert checked_movement({"steps": {"central": MOVED, "conclusion": frozen}}, Path("m.json"), ["steps"], ROLES)
+    with pytest.raises(DataError, match=re.escape(named)):
+        checked_movement(movement, Path("m.json"), ["steps"], ROLES)
 
 
 def test_a_pattern_with_an_unknown_placeholder_is_a_usage_error(capsys):

@@ -132,13 +132,25 @@ def test_seed_spread():
 
 def test_verdict():
     above, below, straddling = Interval(0.1, 0.02, 0.2), Interval(-0.1, -0.2, -0.02), Interval(0.1, -0.01, 0.2)
-    assert verdict([above, above]) == "supported"
-    assert verdict([below, below]) == "contradicted"
-    assert verdict([above, straddling]) == "inconclusive"
-    assert verdict([above, below]) == "inconclusive"
+    small = [0.01, 0.01]
+    assert verdict([above, above], small) == "supported"
+    assert verdict([below, below], small) == "contradicted"
+    assert verdict([above, straddling], small) == "inconclusive"
+    assert verdict([above, below], small) == "inconclusive"
+    assert verdict([above, above], [0.01, 0.06]) == "inconclusive"  # one seed's test does not reject
     assert set(VERDICTS) == {"supported", "contradicted", "inconclusive"} and "a - b" in VERDICT_RULE
     with pytest.raises(ValueError):
-        verdict([])
+        verdict([], [])
+
+
+def test_one_question_decides_nothing():
+    # one question: the bootstrap interval has no width ([-100, -100] excludes 0), and was the verdict
+    # "contradicted"; the exact sign-flip test of one difference has p = 1
+    a, b = {"x": [0.0]}, {"x": [100.0]}
+    interval = paired_difference_ci(a, b, seed=0)
+    p_value = paired_permutation_pvalue(a, b, seed=0)
+    assert (interval.low, interval.high) == (-100.0, -100.0) and p_value == 1.0
+    assert verdict([interval], [p_value]) == "inconclusive"
 
 
 def test_minimum_detectable_difference_is_z_half_alpha_plus_z_power_times_se():

@@ -279,7 +279,11 @@ def budget_comparison(
         claim[metric] = {
             "seeds": {seed: differences[seed][metric] for seed in cfg.seeds},
             "spread": asdict(seed_spread([d["estimate"] for d in per_seed])),
-            "verdict": verdict([_interval(d) for d in per_seed]),
+            "verdict": verdict(
+                [_interval(d) for d in per_seed],
+                [differences[seed][metric]["p_value"] for seed in cfg.seeds],
+                alpha=1 - cfg.compare.level,
+            ),
             "power": power(cfg, records[first], records[second], metric),
         }
     moved = {arm: arm_movement(cfg.arm(arm), movement[arm]) for arm in cfg.arms}

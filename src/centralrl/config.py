@@ -646,7 +646,10 @@ class CompareConfig(Section):
     seed: int = Field(0, ge=0, description="seed of every bootstrap and permutation draw (numpy: non-negative)")
     resamples: int = Field(2000, ge=100, description="bootstrap resamples per interval")
     permutations: int = Field(
-        10000, ge=100, description="sign-flip permutations per p-value (exact when 2^n is fewer)"
+        10000,
+        ge=100,
+        le=10_000_000,
+        description="sign-flip permutations per p-value (exact when 2^n is fewer and n at most 20)",
     )
     level: float = Field(0.95, gt=0, lt=1, description="confidence level of every interval")
     power: float = Field(

@@ -12,7 +12,8 @@ seed (`numpy.random.default_rng(seed)`):
   indices for both arms, so the question-to-question variation they share cancels.
 - `paired_permutation_pvalue`: a two-sided sign-flip permutation test of "no difference" on the macro-average
   of per-question differences; exact (all 2**n sign patterns) when that is no more than `permutations`.
-- `seed_spread` and `verdict`: summarise the same comparison repeated over training seeds.
+- `seed_spread` and `verdict`: summarise the same comparison repeated over training seeds (the verdict asks
+  every seed's interval and its permutation test).
 - `paired_difference_se` and `minimum_detectable_difference`: the bootstrap standard error of the seed-averaged
   paired difference (questions resampled with the same indices for both arms and every seed) and the smallest
   true difference a two-sided test at level `level` finds with probability `power`, (z_{1-alpha/2} + z_power) * SE
@@ -33,10 +34,11 @@ Groups = Mapping[str, Sequence[float]]
 
 VERDICTS = ("supported", "contradicted", "inconclusive")
 VERDICT_RULE = (
-    "supported when the paired bootstrap CI of the macro-average difference (first arm minus second, a - b) "
-    "lies entirely above 0 for every seed; contradicted when it lies entirely below 0 for every seed; "
-    "inconclusive otherwise."
+    "supported when, for every seed, the paired bootstrap CI of the macro-average difference (first arm minus "
+    "second, a - b) lies entirely above 0 and the sign-flip permutation test rejects no difference at alpha "
+    "= 1 - level; contradicted when the same holds below 0; inconclusive otherwise."
 )
+EXACT_MAX_QUESTIONS = 20  # exact sign-flip enumeration holds 2**n x n signs: 2**20 x 20 bytes
 _TIE = 1e-12  # |T| >= |T_obs| - _TIE counts as "at least as extreme" (absorbs float summation order)
 
 
@@ -163,7 +165,8 @@ def paired_difference_ci(a: Groups, b: Groups, *, seed: int, resamples: int = 20
 def paired_permutation_pvalue(a: Groups, b: Groups, *, seed: int, permutations: int = 10000) -> float:
     """Two-sided sign-flip test of "no difference" on T = macro-average of per-question differences a - b.
 
-    Exact over all 2**n sign patterns when 2**n <= permutations, else Monte Carlo with (1 + hits) / (1 + draws).
+    Exact over all 2**n sign patterns when 2**n <= permutations and n <= 20 (2**n rows of n signs are held at
+    once), else Monte Carlo with (1 + hits) / (1 + draws), in chunks.
 
     >>> paired_permutation_pvalue({"x": [1, 1, 1]}, {"x": [0, 0, 0]}, seed=0)  # only +++ and --- reach |T| = 1
     0.25
@@ -176,7 +179,7 @@ def paired_permutation_pvalue(a: Groups, b: Groups, *, seed: int, permutations: 
     if not v.any():
         return 1.0
     n, threshold = v.size, abs(v.sum()) - _TIE
-    if 2**n <= permutations:
+    if n <= EXACT_MAX_QUESTIONS and 2**n <= permutations:
         signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         return float(np.mean(np.abs(signs @ v) >= threshold))
     rng, hits, chunk = np.random.default_rng(seed), 0, max(1, 2**20 // n)  # chunks bound memory
@@ -197,14 +200,18 @@ def seed_spread(values: Sequence[float]) -> Spread:
     return Spread(float(arr.mean()), std, float(arr.min()), float(arr.max()), int(arr.size))
 
 
-def verdict(per_seed: Sequence[Interval]) -> str:
-    """The claim "a > b" from the paired CI of macro(a) - macro(b) of every seed (see VERDICT_RULE).
+def verdict(per_seed: Sequence[Interval], p_values: Sequence[float], alpha: float = 0.05) -> str:
+    """The claim "a > b" from the paired CI of macro(a) - macro(b) of every seed and its permutation p-value
+    (see VERDICT_RULE). The test guards small samples, where a percentile bootstrap interval is too narrow: with
+    one question per benchmark it has no width at all, and one question would have decided the claim.
 
-    >>> verdict([Interval(0.1, 0.02, 0.2), Interval(0.05, -0.01, 0.1)])
+    >>> verdict([Interval(0.1, 0.02, 0.2), Interval(0.05, -0.01, 0.1)], [0.01, 0.2])
     'inconclusive'
     """
-    if not per_seed:
-        raise ValueError("verdict needs at least one seed's interval")
+    if not per_seed or len(p_values) != len(per_seed):
+        raise ValueError(f"verdict needs an interval and a p-value per seed, got {len(per_seed)} and {len(p_values)}")
+    if any(p > alpha for p in p_values):
+        return "inconclusive"
     if all(i.low > 0 for i in per_seed):
         return "supported"
     if all(i.high < 0 for i in per_seed):
