@@ -59,13 +59,14 @@ def _number(value: object, where: str, field: str, nullable: bool = False) -> No
 
 
 def checked_history_row(row: dict, where: str) -> dict:
-    """A training history row holding what the report reads: a numeric `step` and `reward_mean` (0 to 1), and
-    `spent.flops` (the dev curve's x) and finite dev scores in a row where the dev split was scored."""
+    """A training history row holding what the report reads: a numeric `step` and `reward_mean` (never below 0:
+    a metric plus `train.reward.format_weight` >= 0), and `spent.flops` (the dev curve's x) and finite dev scores
+    in a row where the dev split was scored."""
     dev = [key for key in row if key.startswith("dev.")]
     for key in ["step", "reward_mean", *dev] + (["spent.flops"] if dev else []):
         _number(row.get(key), where, key)
-    if not 0 <= row["reward_mean"] <= 1:
-        raise DataError(f"{where}: field 'reward_mean' must be a reward from 0 to 1, got {row['reward_mean']!r}")
+    if row["reward_mean"] < 0:
+        raise DataError(f"{where}: field 'reward_mean' must be a reward, never below 0, got {row['reward_mean']!r}")
     return row
 
 

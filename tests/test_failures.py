@@ -187,7 +187,7 @@ def test_cells_that_file_one_question_under_two_benchmarks_are_refused():
         ({"step": 1}, "'reward_mean' must be a finite number, got None"),
         ({"step": 1, "reward_mean": "high"}, "'reward_mean' must be a finite number, got 'high'"),
         ({"step": 1, "reward_mean": float("nan")}, "'reward_mean' must be a finite number, got nan"),
-        ({"step": 1, "reward_mean": -5}, "'reward_mean' must be a reward from 0 to 1, got -5"),
+        ({"step": 1, "reward_mean": -5}, "'reward_mean' must be a reward, never below 0, got -5"),
         ({"step": 2, "reward_mean": 0.5, "dev.f1": 0.3}, "'spent.flops' must be a finite number, got None"),
         ({"step": 2, "reward_mean": 0.5, "dev.f1": float("nan"), "spent.flops": 1.0}, "'dev.f1' must be a finite"),
     ],
