@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     records, references, cuts, histories, movement = load_cells(cfg, args)
     result = comparison(cfg, records, references, cuts, movement)
-    result["lost"] = lost_answers(records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
+    result["lost"] = lost_answers(cfg, records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
     if args.data:
         result["closed_book"] = closed_book(_json(Path(args.data), "prepare_data"))
     with atomic_directory(args.report) as tmp:  # the metrics only once the report is whole: they never disagree

@@ -148,7 +148,8 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     its MDE is None rather than 0. Such a seed is left out of the pooled MDE (`pooled_seeds` lists the seeds
     kept): its zero differences would halve the standard error of the seed mean and the effect with it (seen in
     the realqa run: a seed in which no group's rewards differed, so neither arm trained). Its interval is its
-    difference alone, so when that is 0 or of the other sign, "supported" cannot come out: not detectable."""
+    difference alone, so when that is 0 or of the other sign (`blocked_seeds`), the published claim cannot come
+    out: not detectable."""
     c, count = cfg.compare, len(a)
     rule_power = c.power ** (1 / count)
     groups = {seed: (score_groups(a[seed], metric), score_groups(b[seed], metric)) for seed in a}
@@ -171,6 +172,9 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     se_seeds = float(np.std(differences, ddof=1) / np.sqrt(len(kept))) if len(kept) > 1 else None
     se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
+    blocked = [
+        s for s, d in seeds.items() if published is not None and not d["se"] and not d["difference"] * published > 0
+    ]
     return {
         "power": c.power,
         "alpha": 1 - c.level,
@@ -182,17 +186,19 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         "rule_power": rule_power,
         "seeds": seeds,
         "pooled_seeds": kept,
+        "blocked_seeds": blocked,
         "published": published,
-        "detectable": _detectable(published, mde(se), seeds),
+        "detectable": _detectable(published, mde(se), seeds, blocked),
     }
 
 
-def _detectable(published: float | None, pooled_mde: float | None, seeds: Mapping[int, dict]) -> bool | None:
+def _detectable(
+    published: float | None, pooled_mde: float | None, seeds: Mapping[int, dict], blocked: Sequence[int]
+) -> bool | None:
     if published is None or pooled_mde is None:
         return None
-    decided_against = any(not d["se"] and not d["difference"] * published > 0 for d in seeds.values())
     rule_mdes = [d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None]
-    return not decided_against and max([pooled_mde, *rule_mdes]) <= abs(published)
+    return not blocked and max([pooled_mde, *rule_mdes]) <= abs(published)
 
 
 def sub_agent_roles(spec: ArmConfig) -> list[str]:
@@ -290,7 +296,7 @@ def budget_comparison(
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
 
 
-def lost_answers(records: Mapping, reference_records: Mapping, shown: Mapping[str, str]) -> dict:
+def lost_answers(cfg: Config, records: Mapping, reference_records: Mapping, shown: Mapping[str, str]) -> dict:
     """Where each cell's wrong answers were last seen (`attribution.attribution_table`): backbone ->
     {"references": {reference: table}, "budgets": {budget: {arm: {seed: table}}}}. records and reference_records
     as `comparison` takes them; shown: passage id -> what a role saw of it (`attribution.shown_passages`)."""
@@ -298,20 +304,19 @@ def lost_answers(records: Mapping, reference_records: Mapping, shown: Mapping[st
     def table(name: str, rows: Sequence[dict]) -> dict:
         return attribution_table([(f"{name}, record {i}", row) for i, row in enumerate(rows, 1)], shown)
 
-    lost = {}
-    for backbone, arms in records.items():
-        budgets = next(iter(next(iter(arms.values())).values()))
-        lost[backbone] = {
-            "references": {ref: table(ref, rows) for ref, rows in reference_records[backbone].items()},
+    return {
+        backbone: {
+            "references": {ref: table(ref, reference_records[backbone][ref]) for ref in cfg.references},
             "budgets": {
                 budget: {
-                    arm: {seed: table(f"{arm} seed {seed} {budget}", cells[budget]) for seed, cells in seeds.items()}
-                    for arm, seeds in arms.items()
+                    arm: {s: table(f"{arm} seed {s} {budget}", records[backbone][arm][s][budget]) for s in cfg.seeds}
+                    for arm in cfg.arms
                 }
-                for budget in budgets
+                for budget in cfg.budgets
             },
         }
-    return lost
+        for backbone in cfg.backbones
+    }
 
 
 def _interval(d: dict) -> Interval:

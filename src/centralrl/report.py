@@ -125,7 +125,7 @@ def _detection(power: Mapping) -> str:
     if published is None:
         return f"the minimum detectable difference at {size} is {mde:.2f} (no published difference for these arms)."
     worst = max((d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None), default=0.0)
-    against = [seed for seed in left_out if not seeds[seed]["difference"] * published > 0]
+    against = [str(seed) for seed in power["blocked_seeds"]]
     verb = "could" if power["detectable"] else "could not"
     opening = f"this experiment {verb} have detected the published {published:+.2f}: "
     if mde > abs(published) or power["detectable"]:
