@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OVERLAPPED = """
 import sys
 sys.argv = ["stage", "--params", {params!r}]
-from stages.cli import run_stage
-run_stage(lambda: None, prefect_server=True)
+from stages.cli import run_stage, stage_parser
+run_stage(lambda: None, stage_parser("A no-op stage.").parse_args, prefect_server=True)
 """
 
 SEQUENTIAL = """
@@ -44,7 +44,7 @@ import sys
 from centralrl.services import quiet_known_errors_in_prefect_logs, stage_prefect_server
 from stages.cli import _prepare
 with stage_prefect_server():
-    _prepare(["--params", {params!r}], tracked=False)
+    _prepare({params!r}, ["--params", {params!r}], tracked=False)
     quiet_known_errors_in_prefect_logs()
 """
 
@@ -58,7 +58,7 @@ import stages.cli
 def main():
     import centralrl.assembly, centralrl.tracking, mlflow  # noqa: F401  (what train and evaluate load)
 
-stages.cli.run_stage(main, prefect_server=True)
+stages.cli.run_stage(main, stages.cli.stage_parser("A stage that loads.").parse_args, prefect_server=True)
 """
 VARIANTS = {
     "overlapped": OVERLAPPED,

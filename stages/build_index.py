@@ -6,10 +6,12 @@ are scored on the same questions in --metrics.
 
 from __future__ import annotations
 
+import argparse
+
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
     parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
@@ -17,7 +19,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--metrics", required=True, help="output: recall@k per split and benchmark, per backend (JSON)"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     from flows.indexing import indexing_flow
 
@@ -25,4 +31,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, prefect_server=True)
+    run_stage(main, arguments, prefect_server=True)

@@ -18,8 +18,6 @@ from centralrl.compare import checked_record, comparison, lost_answers
 from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
-from centralrl.report import closed_book, write_report
-from centralrl.tracking import cell_tags, open_tracker
 from stages.cli import run_stage, stage_parser
 
 
@@ -177,7 +175,7 @@ def _movement(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, se
     return checked_movement(_json(path, f"evaluate@{arm}-{seed}-{backbone}"), path, list(cfg.budgets), roles)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     cell = ("backbone", "arm", "seed")
     patterns = {  # input patterns, filled in per cell: option -> (its placeholders, what each file holds)
@@ -199,7 +197,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
     parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
+    from centralrl.report import closed_book, write_report  # matplotlib and MLflow: seconds, after the usage check
+    from centralrl.tracking import cell_tags, open_tracker
 
     cfg = load_config(args.params)
     records, references, cuts, histories, movement = load_cells(cfg, args)
@@ -224,4 +228,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, tracked=True)
+    run_stage(main, arguments, tracked=True)

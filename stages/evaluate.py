@@ -4,10 +4,12 @@ greedy, on every test question; for a trained cell also how far each role moved 
 
 from __future__ import annotations
 
+import argparse
+
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params")
     parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
@@ -33,6 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.arm and None in (args.seed, args.adapters, args.budgets, args.movement):
         parser.error("--arm needs --seed, --adapters, --budgets and --movement")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     from flows.evaluation import evaluation_flow
 
@@ -60,4 +67,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, prefect_server=True, tracked=True)
+    run_stage(main, arguments, prefect_server=True, tracked=True)

@@ -10,6 +10,7 @@ them), so a profile this machine cannot run stops here, naming what is missing, 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from centralrl.config import load_config
@@ -19,13 +20,17 @@ from centralrl.plan import preflight
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--train", required=True, help="output: training questions (JSONL)")
     parser.add_argument("--test", required=True, help="output: evaluation questions (JSONL)")
     parser.add_argument("--corpus", required=True, help="output: passages (JSONL: id, title, text)")
     parser.add_argument("--metrics", required=True, help="output: counts per split and benchmark (JSON)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     cfg = load_config(args.params)
     missing = [check.line() for check in preflight(cfg, Path(args.params).resolve().parent) if not check.ok]
@@ -47,4 +52,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, arguments)

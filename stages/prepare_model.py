@@ -8,6 +8,7 @@ as it was if anything fails; every later stage loads it with `centralrl.models.b
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from centralrl.config import load_config
@@ -16,12 +17,16 @@ from centralrl.models.backbone import prepare_backbone
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params")
     parser.add_argument("--out", required=True, help="output: the model directory (config, safetensors, tokenizer)")
     parser.add_argument("--metrics", required=True, help="output: source, parameters, dtype, content hash (JSON)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     metrics = prepare_backbone(load_config(args.params).backbone(args.backbone), Path(args.out))
     write_json(args.metrics, metrics)
@@ -32,4 +37,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, arguments)

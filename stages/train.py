@@ -7,12 +7,13 @@ machines included) with `train.processes` set to the total number of processes."
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--arm", required=True, help="a key of `arms` in params")
     parser.add_argument("--seed", required=True, type=int, help="training seed (one of `seeds`)")
@@ -27,14 +28,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--history", required=True, help="output: per-step metrics (JSONL)")
     parser.add_argument("--metrics", required=True, help="output: summary of the run (JSON)")
     parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     from centralrl.config import load_config
     from centralrl.distributed import World, launch, needs_launch
+    from centralrl.errors import ConfigError
 
     cfg = load_config(args.params)
     if args.seed not in cfg.seeds:  # a cell outside the matrix: no compare stage would ever read it
-        parser.error(f"--seed {args.seed} is not one of seeds {cfg.seeds} in {args.params}")
+        raise ConfigError(f"--seed {args.seed} is not one of seeds {cfg.seeds} in {args.params}")
     if needs_launch(cfg.train.processes):
         sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
     from centralrl.rl.run import train_cell
@@ -62,4 +68,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, prefect_server=True, tracked=True)
+    run_stage(main, arguments, prefect_server=True, tracked=True)

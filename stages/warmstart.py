@@ -12,6 +12,7 @@ Same inputs and params, same bytes. See centralrl.rl.warmstart for the trace for
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from centralrl.config import load_config
@@ -19,7 +20,7 @@ from centralrl.io import write_json
 from stages.cli import run_stage, stage_parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params (its dtype is used)")
     parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
@@ -29,7 +30,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--metrics", required=True, help="output: questions, traces, trained tokens, losses, content hash (JSON)"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     from centralrl.rl.warmstart import warmstart
 
@@ -55,4 +60,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, arguments)

@@ -12,12 +12,16 @@ import time
 from stages.cli import run_stage
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--params", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--started", required=True)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = arguments()
 
     from prefect import flow
 
@@ -37,4 +41,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, prefect_server=True)
+    run_stage(main, arguments, prefect_server=True)

@@ -408,7 +408,7 @@ def test_a_stage_server_takes_the_flow_logs_before_it_stops(tmp_path, migrated_p
 LOGGING_STAGE = """
 import sys
 sys.argv = ["logging_stage", "--params", {params!r}]
-from stages.cli import run_stage
+from stages.cli import run_stage, stage_parser
 
 
 def main():
@@ -423,7 +423,7 @@ def main():
     says_goodbye()
 
 
-run_stage(main, prefect_server=True)
+run_stage(main, stage_parser("A stage that logs a warning.").parse_args, prefect_server=True)
 """
 
 
