@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from centralrl.errors import DataError
-from centralrl.io import atomic_directory, read_jsonl, scratch_folder, write_jsonl
+from centralrl.io import atomic_directory, read_json, read_jsonl, scratch_folder, write_jsonl
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
@@ -26,6 +26,20 @@ def test_non_object_line_is_refused(tmp_path):
     path.write_text("[1, 2]\n")
     with pytest.raises(DataError, match=r"rows\.jsonl:1: expected a JSON object, got list"):
         list(read_jsonl(path))
+
+
+@pytest.mark.parametrize("text", ['{"id": "q1", "question": "a?", "id": "q2"}', '{"m": {"k": 1, "k": 2}}'])
+def test_a_key_given_twice_is_refused_naming_it(tmp_path, text):
+    """json.loads keeps the last of two equal keys without a word: a row whose id is both q1 and q2 would
+    have been read as q2. At any depth; in a whole JSON file too."""
+    rows, whole = tmp_path / "rows.jsonl", tmp_path / "whole.json"
+    rows.write_text('{"id": "q0"}\n' + text + "\n")
+    whole.write_text(text)
+    key = "id" if "q2" in text else "k"
+    with pytest.raises(DataError, match=rf"rows\.jsonl:2: key '{key}' appears twice in one object"):
+        list(read_jsonl(rows))
+    with pytest.raises(DataError, match=rf"whole\.json: key '{key}' appears twice in one object"):
+        read_json(whole)
 
 
 def test_failed_write_keeps_the_previous_file(tmp_path):

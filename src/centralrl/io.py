@@ -222,8 +222,9 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
-    """Yield (`file:line`, row) for each non-blank line. A line that is not UTF-8, not JSON, not an object, or
-    has text no UTF-8 file can hold (an escaped lone surrogate) raises DataError naming the file and line."""
+    """Yield (`file:line`, row) for each non-blank line. A line that is not UTF-8, not JSON, not an object, gives
+    a key twice in one object, or has text no UTF-8 file can hold (an escaped lone surrogate) raises DataError
+    naming the file and line."""
     for number, line in enumerate(text_lines(path), start=1):
         if line.strip():
             yield f"{path}:{number}", _parsed(line, f"{path}:{number}")
@@ -256,11 +257,29 @@ def _decoded(raw: bytes, where: str) -> str:
         ) from None
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object that gives one key twice (json.loads would keep the last value without a word)."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return row
+
+
+def _repeated(where: str, error: _RepeatedKey) -> DataError:
+    return DataError(f"{where}: key {error.args[0]!r} appears twice in one object; which value is meant?")
+
+
 def _parsed(line: str, where: str) -> dict:
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=_object)
     except json.JSONDecodeError as error:
         raise DataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})") from None
+    except _RepeatedKey as error:
+        raise _repeated(where, error) from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if SURROGATE_ESCAPE.search(line):
@@ -275,10 +294,13 @@ def _parsed(line: str, where: str) -> dict:
 
 
 def read_json(path: str | Path) -> Any:
-    """Load a whole JSON file; a syntax or decoding error names the file and line."""
+    """Load a whole JSON file; a syntax or decoding error names the file and line, a key given twice in one
+    object names the file and the key."""
     raw = require_file(path).read_bytes()
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
+    except _RepeatedKey as error:
+        raise _repeated(str(path), error) from None
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         raise DataError(
