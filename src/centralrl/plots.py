@@ -7,7 +7,8 @@ draws the dev-split F1 (`centralrl.rl.dev`) against step and against training FL
 
 Every figure is a `matplotlib.figure.Figure` drawn on an Agg canvas (no pyplot state, nothing at import),
 saved as PNG at a fixed dpi without the "Software" metadata, so the same inputs give byte-identical files.
-Arms get colors from a fixed list in sorted-arm order; every mapping is walked in sorted-key order.
+Arms get distinct colors in sorted-arm order (a fixed list up to ten arms, evenly spaced hues beyond); every
+mapping is walked in sorted-key order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import hsv_to_rgb, to_hex
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -40,9 +42,22 @@ CSS = (
 )
 
 
+def palette(n: int) -> list[str]:
+    """n distinct colors: COLORS for up to ten, else n hues evenly spaced around the wheel (colors that repeat
+    would make two arms one line).
+
+    >>> palette(2), len(set(palette(12)))
+    (['#1f77b4', '#d62728'], 12)
+    """
+    if n <= len(COLORS):
+        return COLORS[:n]
+    return [to_hex(hsv_to_rgb((i / n, 0.8, 0.8))) for i in range(n)]
+
+
 def arm_colors(arms: Sequence[str]) -> dict[str, str]:
-    """{arm: color}, assigned from COLORS in sorted-arm order (cycling past the end)."""
-    return {arm: COLORS[i % len(COLORS)] for i, arm in enumerate(sorted(set(arms)))}
+    """{arm: color}, a distinct one per arm in sorted-arm order."""
+    names = sorted(set(arms))
+    return dict(zip(names, palette(len(names))))
 
 
 HEALTH_KEYS = (  # the trainer's step metrics that watch for collapse, in panel order
@@ -226,7 +241,7 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
     """Forest plot: one row per label (first-appearance order, top down), one estimate with its CI per group."""
     labels = _first_seen([r["label"] for r in rows])
     groups = _first_seen([r["group"] for r in rows])
-    step = 0.6 / max(len(groups), 1)
+    step, colors = 0.6 / max(len(groups), 1), palette(len(groups))
     figure, (ax,) = _new_figure(7, 1.2 + 0.5 * max(len(labels), 1))
     for g, group in enumerate(groups):
         offset = (g - (len(groups) - 1) / 2) * step
@@ -236,7 +251,7 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
             [labels.index(r["label"]) + offset for r in mine],
             xerr=[[max(r["estimate"] - r["low"], 0) for r in mine], [max(r["high"] - r["estimate"], 0) for r in mine]],
             fmt=MARKERS[g % len(MARKERS)],
-            color=COLORS[g % len(COLORS)],
+            color=colors[g],
             capsize=3,
             label=group,
         )
