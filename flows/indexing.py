@@ -17,7 +17,7 @@ from centralrl.config import RetrievalConfig, load_config
 from centralrl.errors import DataError, ServiceUnavailable
 from centralrl.io import atomic_directory, write_json
 from centralrl.retrieval import Retriever, build_retrievers, save_index
-from centralrl.retrieval.recall import recall_table
+from centralrl.retrieval.recall import check_ks, recall_table
 from centralrl.schema import Passage, Question, check_supporting_ids, read_passages, read_questions
 
 
@@ -81,6 +81,7 @@ def indexing_flow(
         if not questions[Path(path).stem]:
             raise DataError(f"{path}: no questions to measure recall on")
     passages = load_corpus(corpus_path)
+    check_ks(cfg.recall_ks, len(passages), corpus_path)
     for path in question_files:
         check_supporting_ids(questions[Path(path).stem], passages, f"{path} (corpus {corpus_path})")
     retrievers = build(passages, cfg)

@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from centralrl.config import RetrievalConfig
-from centralrl.errors import RetrievalError
+from centralrl.errors import ConfigError, RetrievalError
 from centralrl.io import atomic_directory, read_json, write_jsonl
 from centralrl.retrieval import build_index, open_retriever, save_index
 from centralrl.retrieval.base import file_sha256
 from centralrl.retrieval.bm25 import Bm25sIndex
-from centralrl.retrieval.recall import recall_table
+from centralrl.retrieval.recall import check_ks, recall_table
 from centralrl.schema import Passage, Question, SubQuestion
 
 PASSAGES = [
@@ -143,6 +143,13 @@ def test_recall_table_hand_computed(index):
     assert table["b1"]["recall@3"] == pytest.approx((1.0 + 1.0) / 2)
     assert table["b1"]["subquestion_recall@1"] == 1.0
     assert table["b2"] == {"questions": 1, "with_passages": 0}
+
+
+def test_a_recall_k_that_covers_the_whole_corpus_is_refused():
+    """recall@10 over 8 passages is 1 whatever the retriever does: build_index refuses it before its build."""
+    check_ks([1, 3, 7], 8, "corpus.jsonl")
+    with pytest.raises(ConfigError, match=r"recall_ks: \[8, 10\] not below the 8 passages of corpus\.jsonl"):
+        check_ks([1, 8, 10], 8, "corpus.jsonl")
 
 
 def test_saved_index_bytes_do_not_depend_on_the_hash_seed(tmp_path):

@@ -3,7 +3,8 @@
 recall@k of a question = |supporting passages in the top-k for the question text| / |supporting passages|,
 averaged over the benchmark's questions that have supporting passages (benchmarks without evidence in the
 corpus, like NQ here, report only their question count). `subquestion_recall@k` asks each gold sub-question
-of a decomposition instead, the upper bound a central agent that delegates perfectly would see per hop.
+of a decomposition instead, the upper bound a central agent that delegates perfectly would see per hop. A k
+that is not below the corpus size is refused (`check_ks`): its recall is 1 by construction.
 """
 
 from __future__ import annotations
@@ -13,8 +14,20 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
+from centralrl.errors import ConfigError
 from centralrl.retrieval.base import Retriever
 from centralrl.schema import Question
+
+
+def check_ks(ks: Sequence[int], passages: int, corpus: str) -> None:
+    """Refuse a k that is not below the corpus size: its top k holds every passage, so its recall is 1 by
+    construction and says nothing about the retriever."""
+    trivial = [k for k in ks if k >= passages]
+    if trivial:
+        raise ConfigError(
+            f"retrieval.recall_ks: {trivial} not below the {passages} passages of {corpus}: a top {trivial[0]} holds "
+            "every passage, so its recall would be 1 whatever the retriever does"
+        )
 
 
 def _batched_ids(retriever: Retriever, queries: list[str], k: int, batch_size: int, label: str) -> list[list[str]]:
