@@ -40,6 +40,7 @@ def training_flow(
     history_path: str,
     metrics_path: str,
     entry: str,
+    start_scores_dir: str | None = None,
 ) -> dict:
     return train_cell(
         params_path,
@@ -56,4 +57,5 @@ def training_flow(
         metrics_path,
         entry,
         phases=TRACKED,
+        start_scores_dir=start_scores_dir,
     )

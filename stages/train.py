@@ -28,6 +28,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--history", required=True, help="output: per-step metrics (JSONL)")
     parser.add_argument("--metrics", required=True, help="output: summary of the run (JSON)")
     parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
+    parser.add_argument(
+        "--start-scores",
+        help="cache folder shared by the backbone's cells (not a DVC output): the start's dev scores, scored by "
+        "the first cell that needs them (without it, every cell scores the start)",
+    )
     return parser.parse_args(argv)
 
 
@@ -62,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         args.history,
         args.metrics,
         entry=__file__,
+        start_scores_dir=args.start_scores,
     )
     if main:  # every process holds the same summary: one copy on the console
         print(f"train@{args.arm}-{args.seed}-{args.backbone}: {summary}")

@@ -114,12 +114,13 @@ def changed_deps(folder: Path) -> dict[str, set[str]]:
     }
 
 
-def lock_without_deps(lock: bytes) -> dict:
+def lock_outs_and_params(lock: bytes) -> dict:
+    """dvc.lock without what `--refresh-lock` rewrites (deps and cmd)."""
     document = yaml.safe_load(lock)
     return {
         **document,
         "stages": {
-            name: {key: value for key, value in stage.items() if key != "deps"}
+            name: {key: value for key, value in stage.items() if key not in ("deps", "cmd")}
             for name, stage in document["stages"].items()
         },
     }
@@ -147,11 +148,16 @@ def test_check_refuses_a_file_dvc_would_not_read_as_a_pipeline(tmp_path):
 @pytest.mark.slow
 def test_refreshed_lock_then_a_code_edit_reruns_exactly_the_stages_that_import_it(workspace):
     before = (workspace / "dvc.lock").read_bytes()
+    stale = yaml.safe_load(before)  # a command changed in dvc.yaml (an option added) that the lock predates
+    stale["stages"]["prepare_data"]["cmd"] = "python -m stages.prepare_data --an-older-command"
+    (workspace / "dvc.lock").write_text(yaml.safe_dump(stale, sort_keys=False))
     assert codedeps(workspace, "--refresh-lock", "dvc.yaml").returncode == 0
     refreshed = (workspace / "dvc.lock").read_bytes()
     assert codedeps(workspace, "--refresh-lock", "dvc.yaml").returncode == 0
     assert (workspace / "dvc.lock").read_bytes() == refreshed  # deterministic
-    assert lock_without_deps(refreshed) == lock_without_deps(before)
+    assert lock_outs_and_params(refreshed) == lock_outs_and_params(before)
+    command = [yaml.safe_load(lock)["stages"]["prepare_data"]["cmd"] for lock in (refreshed, before)]
+    assert command[0] == command[1]  # dvc.yaml's, again
 
     # from here on, no stage but those the edit below reaches has a changed code dep (the outputs are absent)
     (workspace / "src/centralrl/harness/__pycache__").mkdir()  # .dvcignore: bytecode is not a source

@@ -96,7 +96,9 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     )
     out = str(tmp_path / "joint")  # absolute: the outputs land here, beside the smoke run's inputs
     outputs = _outputs(folder, out)
+    memo = plant_start_scores(tmp_path / "start-scores", params, [folder / "start", folder / "index", data["train"]])
     command = [sys.executable, "-m", "stages.train", *_stage_args(folder, params, data, "joint", out)]
+    command.append(f"--start-scores={memo.parent}")
     done = _accelerate(command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout
@@ -110,3 +112,16 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     # each process scores its share of the 3 dev questions (the first 2 of them, the second 1) and both get the
     # totals: the first process's share alone could score at most 2/3 (this seeded toy run learns all 3)
     assert history[-1]["dev.f1"] > 2 / 3
+    assert history[0]["dev.f1@start"] == 0.123  # the first process read the shared start scores; both used them
+
+
+def plant_start_scores(folder, params, inputs):
+    """A start-scores file with a value no scoring gives, where a train cell on `inputs` looks for it."""
+    from centralrl.config import load_config
+    from centralrl.rl.run import code_sha256, input_hashes, start_scores_key
+
+    code = code_sha256(REPO / "stages" / "train.py")
+    key = start_scores_key(load_config(params), "main", "central", input_hashes(inputs), code)
+    folder.mkdir()
+    (folder / f"{key}.json").write_text(json.dumps({"dev.f1": 0.123, "dev.em": 0.0}))
+    return folder / f"{key}.json"

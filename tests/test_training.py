@@ -51,10 +51,10 @@ def _outputs(folder: Path, out: str) -> dict[str, Path]:
     }
 
 
-def train(folder: Path, params: Path, data: dict, arm: str, out: str) -> dict[str, Path]:
+def train(folder: Path, params: Path, data: dict, arm: str, out: str, *extra: str) -> dict[str, Path]:
     from stages import train as train_stage
 
-    train_stage.main(_stage_args(folder, params, data, arm, out))
+    train_stage.main([*_stage_args(folder, params, data, arm, out), *extra])
     return _outputs(folder, out)
 
 
@@ -89,7 +89,7 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 def central_only_run(smoke_run) -> dict[str, Path]:
     folder, params, data = smoke_run
     start_hash = content_sha256(folder / "start")
-    paths = train(folder, params, data, "central_only", "central_only")
+    paths = train(folder, params, data, "central_only", "central_only", f"--start-scores={folder / 'start-scores'}")
     assert content_sha256(folder / "start") == start_hash  # every base weight unchanged
     return paths
 
@@ -140,6 +140,21 @@ class ScriptedSampler:
         if role == "retrieval":
             return "nothing relevant</note>" if odd else "no relevant passage</note>"
         return (self.right if odd else self.wrong) + "</answer>"
+
+
+def test_the_starts_dev_scores_are_scored_by_one_cell_and_read_by_the_others(smoke_run, central_only_run):
+    """The first cell leaves the start's dev scores in the shared folder under a key of what they depend on; a
+    cell of the other arm reads them instead of scoring the start again (a planted value shows it did)."""
+    import json
+
+    folder, params, data = smoke_run
+    (memo,) = (folder / "start-scores").iterdir()
+    first_row = json.loads(central_only_run["history"].read_text().splitlines()[0])
+    assert json.loads(memo.read_text()) == {"dev.f1": first_row["dev.f1@start"], "dev.em": first_row["dev.em@start"]}
+    memo.write_text(json.dumps({"dev.f1": 0.123, "dev.em": 0.0}))
+    joint = train(folder, params, data, "joint", "joint-memo", f"--start-scores={folder / 'start-scores'}")
+    first_row = json.loads(joint["history"].read_text().splitlines()[0])
+    assert (first_row["dev.f1@start"], first_row["dev.em@start"]) == (0.123, 0.0)
 
 
 def test_joint_trains_all_three_adapters(smoke_run):
@@ -300,7 +315,7 @@ def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
     """A fix to the trainer must retrain, not resume (and so rewrite) what the old trainer left. The code hashed
     is what the train stage imports, the rule of its DVC deps; a module it does not import is left out."""
     from centralrl.codedeps import project_sources
-    from centralrl.rl.run import code_sha256, fingerprint
+    from centralrl.rl.run import code_sha256, fingerprint, input_hashes, start_scores_key
 
     assert Path("src/centralrl/rl/grpo.py") in project_sources([REPO / "stages" / "train.py"], REPO)
     project = tmp_path / "project"
@@ -320,5 +335,6 @@ def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
     after = code_sha256(entry)
     assert after != before
     cfg = load_config(write_params(tmp_path))
-    keys = {fingerprint(cfg, "joint", 0, "main", [entry], code) for code in (before, after)}
-    assert len(keys) == 2
+    inputs = input_hashes([entry])
+    assert len({fingerprint(cfg, "joint", 0, "main", inputs, code) for code in (before, after)}) == 2
+    assert len({start_scores_key(cfg, "main", "central", inputs, code) for code in (before, after)}) == 2

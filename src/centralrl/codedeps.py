@@ -7,8 +7,8 @@ lazy imports inside `main()` count and third-party packages (torch, ...) are ign
 such a list, independent of the checkout folder.
 
 Command line (`python -m centralrl.codedeps --help`): `--check dvc.yaml` lists, per stage, the project files
-its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps of dvc.lock
-(`--keep STAGE` leaves a stage whose outputs the change alters as it was).
+its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps and commands of
+dvc.lock (`--keep STAGE` leaves a stage whose outputs the change alters as it was).
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ def uncovered_sources(dvc_yaml: Path) -> dict[str, list[str]]:
 
 
 def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
-    """Rewrite the `deps` of every stage of `dvc_yaml` that dvc.lock records, except the stages named in `keep`,
-    to match dvc.yaml's deps as they are now, and return those stages' names. `outs`, `params`, `cmd` and stages
-    no longer in dvc.yaml are left as they are; so are the kept stages, whose outputs the change would alter:
+    """Rewrite the `deps` and `cmd` of every stage of `dvc_yaml` that dvc.lock records, except the stages named
+    in `keep`, to match dvc.yaml as it is now, and return those stages' names. `outs`, `params` and stages no
+    longer in dvc.yaml are left as they are; so are the kept stages, whose outputs the change would alter:
     `dvc repro` reruns them.
 
     Source deps are hashed by DVC itself (`Dependency.save`, what `dvc commit` does). A dep on a pipeline output
@@ -146,7 +146,8 @@ def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
         for stage in stages:
             for dep in _file_deps(stage):
                 _rehash(stage, dep, outs)
-            lock["stages"][stage.name]["deps"] = to_single_stage_lockfile(stage)["deps"]
+            entry = to_single_stage_lockfile(stage)
+            lock["stages"][stage.name]["cmd"], lock["stages"][stage.name]["deps"] = entry["cmd"], entry["deps"]
     return [stage.name for stage in stages]
 
 
@@ -170,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DVC_YAML",
         type=Path,
         help="maintainers only, after a refactor whose outputs are known to be unchanged (outputs "
-        "need not be present): rewrite only the deps of every stage in the dvc.lock beside "
-        "DVC_YAML to match DVC_YAML's deps (new deps added, removed ones dropped, source files "
-        "rehashed by DVC); outs, params and cmd are kept. Otherwise run `dvc repro`",
+        "need not be present): rewrite only the deps and cmd of every stage in the dvc.lock beside "
+        "DVC_YAML to match DVC_YAML (new deps added, removed ones dropped, source files rehashed by "
+        "DVC); outs and params are kept. Otherwise run `dvc repro`",
     )
     parser.add_argument(
         "--keep",
@@ -208,7 +209,7 @@ def _print_gaps(gaps: dict[str, list[str]]) -> int:
 def _print_refreshed(dvc_yaml: Path, keep: list[str]) -> int:
     stages = refresh_lock_deps(dvc_yaml, keep)
     kept = f"; kept as they were: {', '.join(keep)}" if keep else ""
-    print(f"dvc.lock: deps refreshed for {len(stages)} stages: {', '.join(stages)}{kept}")
+    print(f"dvc.lock: deps and cmd refreshed for {len(stages)} stages: {', '.join(stages)}{kept}")
     return 0
 
 

@@ -24,6 +24,9 @@ from centralrl.schema import Question
 from centralrl.seeding import derive_seed
 
 
+DEV_KEYS = ("dev.f1", "dev.em")
+
+
 def split_dev(
     questions: Sequence[Question], dev: DevConfig, source: str = "the training file"
 ) -> tuple[list[Question], list[Question]]:
@@ -53,4 +56,4 @@ def dev_scores(
             sum(em(e.prediction, e.question.golden_answers) for e in episodes),
         ]
     )
-    return {"dev.f1": f1_sum / len(questions), "dev.em": em_sum / len(questions)}
+    return dict(zip(DEV_KEYS, (f1_sum / len(questions), em_sum / len(questions))))

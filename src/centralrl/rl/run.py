@@ -42,11 +42,11 @@ from centralrl.compute import accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.distributed import World
 from centralrl.harness.episodes import Episode
-from centralrl.io import atomic_directory, write_json, write_jsonl
+from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
-from centralrl.rl.dev import dev_scores, split_dev
+from centralrl.rl.dev import DEV_KEYS, dev_scores, split_dev
 from centralrl.rl.health import TrainingDiverged, collapse_problem, health_problem
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import read_questions
@@ -60,22 +60,42 @@ def code_sha256(entry: Path) -> str:
     return sources_sha256(project_sources([entry], root), root)
 
 
-def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[Path], code: str) -> str:
-    """What makes a saved state resumable: the params that shape this run, the content of its inputs, and the
-    code that runs it (a fix to the trainer must not resume a state the old trainer left)."""
+def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[str], code: str) -> str:
+    """What makes a saved state resumable: the params that shape this run, the content of its inputs (their
+    `input_hashes`), and the code that runs it (a fix to the trainer must not resume a state the old trainer
+    left)."""
     shaping = cfg.model_dump(include={"train", "lora", "harness", "budgets"}) | {
         "arm": cfg.arm(arm).model_dump(),
         "seed": seed,
         "model": cfg.backbone(backbone).model_dump(),
         "top_k": cfg.retrieval.top_k,
-        "inputs": [_content_sha256(path) for path in inputs],
+        "inputs": inputs,
         "code": code,
     }
+    return _sha256(shaping)
+
+
+def start_scores_key(cfg: Config, backbone: str, topology: str, inputs: list[str], code: str) -> str:
+    """What the start's greedy dev scores depend on: the harness, retrieval and dev params, the backbone, the
+    topology, the content of the inputs and the code. Not the arm or the seed: a fresh LoRA adapter's B is zero,
+    so the start plays exactly as it does without adapters, and dev episodes are greedy."""
+    shaping = cfg.model_dump(include={"harness", "retrieval"}) | {
+        "dev": cfg.train.dev.model_dump(),
+        "model": cfg.backbone(backbone).model_dump(),
+        "topology": topology,
+        "inputs": inputs,
+        "code": code,
+    }
+    return _sha256(shaping)
+
+
+def _sha256(shaping: dict) -> str:
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
 
 
-def _content_sha256(path: Path) -> str:
-    return content_sha256(path) if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+def input_hashes(paths: Sequence[Path]) -> list[str]:
+    """The content hash of each input file or folder."""
+    return [content_sha256(path) if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 
 
 def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
@@ -163,6 +183,20 @@ def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
     return timing
 
 
+def start_scores(trainer: Trainer, memo: Path | None) -> dict[str, float]:
+    """The start's dev scores: read from `memo` when another cell wrote them there (the main process reads it
+    and every process gets its values), else scored, and written there by the main process. Every cell of a
+    backbone plays the same greedy dev episodes from the same start, so one of them scoring is enough."""
+    world = trainer.world
+    known = read_json(memo) if world.is_main and memo is not None and memo.is_file() else {}
+    if world.total([float(bool(known))])[0]:
+        return dict(zip(DEV_KEYS, world.total([float(known.get(key, 0.0)) for key in DEV_KEYS])))
+    scores = score_dev(trainer)
+    if world.is_main and memo is not None and scores:
+        write_json(memo, scores)
+    return scores
+
+
 def score_dev(trainer: Trainer) -> dict[str, float]:
     """The current policy's greedy dev scores (`centralrl.rl.dev`), or none without a dev split. Each process
     scores its share of the questions and every process gets the totals."""
@@ -195,10 +229,11 @@ def run_steps(
     phases: Phases,
     tracker: Tracker,
     log: Callable[[str], None] | None = None,
+    memo: Path | None = None,
 ) -> None:
     """Step until every budget is cut or `grpo.steps` is reached; only the main process writes. `log` gets a
-    line per step."""
-    start = score_dev(trainer) if not progress.history else {}  # kept in the first step's row
+    line per step; `memo` is where the start's dev scores are shared between cells (`start_scores`)."""
+    start = start_scores(trainer, memo) if not progress.history else {}  # kept in the first step's row
     if start:
         tracker.log_metrics(start, step=0)
     while len(progress.cuts) < len(cfg.budgets) and trainer.step < cfg.train.grpo.steps:
@@ -254,15 +289,21 @@ def train_cell(
     metrics_path: str,
     entry: str,
     phases: Phases = PLAIN,
+    start_scores_dir: str | None = None,
 ) -> dict:
     """One cell's run in this process: build or resume, step, and (main process only) log and write outputs.
-    `entry` is the file of the stage that runs it: the code fingerprint starts there."""
+    `entry` is the file of the stage that runs it: the code fingerprint starts there. `start_scores_dir`, a
+    cache folder shared by a backbone's cells, keeps the start's dev scores under a key of what they depend on
+    (`start_scores_key`): the first cell scores the start, the others read it."""
     cfg = load_config(params_path)
     world = World.join(cfg.harness.device, cfg.train.processes)
     state = Path(state_dir)
-    key = fingerprint(
-        cfg, arm, seed, backbone, [Path(model_dir), Path(index_dir), Path(train_path)], code_sha256(Path(entry))
-    )
+    inputs, code = input_hashes([Path(model_dir), Path(index_dir), Path(train_path)]), code_sha256(Path(entry))
+    key = fingerprint(cfg, arm, seed, backbone, inputs, code)
+    memo = None
+    if start_scores_dir is not None:
+        topology = cfg.arm(arm).topology
+        memo = Path(start_scores_dir) / f"{start_scores_key(cfg, backbone, topology, inputs, code)}.json"
     trainer, progress = phases.build(cfg, arm, seed, backbone, model_dir, index_dir, train_path, state_dir, key, world)
     resumed_from = trainer.step
     tracker = open_tracker(cfg.tracking) if world.is_main else NullTracker()
@@ -284,7 +325,7 @@ def train_cell(
         if world.is_main and resumed_from:
             print(f"{label} resumed from its saved step {resumed_from}", flush=True)
         log = functools.partial(print, label, flush=True) if world.is_main else None
-        run_steps(cfg, trainer, progress, state, key, phases, tracker, log)
+        run_steps(cfg, trainer, progress, state, key, phases, tracker, log, memo)
         summary = _summary(arm, seed, backbone, progress)
         tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
         tracker.log_text(json.dumps(progress.cuts, indent=2, sort_keys=True), "budgets.json")
