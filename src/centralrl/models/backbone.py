@@ -25,6 +25,7 @@ model_vocab_size (embedding rows; Qwen pads these beyond the tokenizer) and has_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 from collections.abc import Callable, Iterator
@@ -182,15 +183,38 @@ def _from_smollm2_gguf(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTok
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True, **_dequantized(gguf.name)
-    )
-    if getattr(model, "hf_quantizer", None) is not None:  # would refuse save_pretrained
-        raise BackboneError(f"{gguf}: transformers kept the weights quantized; it must dequantize them to save")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    with _gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True, **_dequantized(gguf.name)
+        )
+        if getattr(model, "hf_quantizer", None) is not None:  # would refuse save_pretrained
+            raise BackboneError(f"{gguf}: transformers kept the weights quantized; it must dequantize them to save")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     tokenizer.chat_template = tokenizer.chat_template or SMOLLM2_CHAT_TEMPLATE
     tokenizer.model_max_length = model.config.max_position_embeddings  # the GGUF leaves it unbounded
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """transformers parses the GGUF file three times, for the config, the weights and the tokenizer (each
+    `gguf.GGUFReader(path)` reads every field, the 49k-entry vocabulary included: 5-7 s here); inside this
+    block one parse per file is shared. The reader is only read from, so sharing it changes nothing loaded."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared(path, *args, **kwargs):
+        key = (str(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = original(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def _dequantized(gguf_name: str) -> dict:
