@@ -136,7 +136,11 @@ def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
     from dvc.utils.serialize import modify_yaml
 
     root = Path(dvc_yaml).resolve().parent
+    if not (root / "dvc.lock").is_file():
+        raise CentralRLError(f"{root / 'dvc.lock'}: no such file (nothing to refresh: run dvc repro)")
     with _open_repo(root) as repo, modify_yaml(str(root / "dvc.lock")) as lock:
+        if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):
+            raise CentralRLError(f"{root / 'dvc.lock'}: not a DVC lock file (no stages mapping)")
         pipeline = _pipeline_stages(repo, dvc_yaml)
         unknown = sorted(set(keep) - {stage.name for stage in pipeline})
         if unknown:
@@ -191,11 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{dvc_yaml}: no such file")
     if dvc_yaml.name != "dvc.yaml":  # DVC reads no other name, so no stage would match and the check would pass
         parser.error(f"{dvc_yaml}: DVC reads a pipeline only from a file named dvc.yaml")
+    from dvc.exceptions import DvcException
+
     try:
         return _print_gaps(uncovered_sources(dvc_yaml)) if args.check else _print_refreshed(dvc_yaml, args.keep)
     except CentralRLError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+    except DvcException as error:  # a malformed dvc.yaml or dvc.lock, or no DVC project: DVC says which and why
+        print(f"error: {dvc_yaml}: DVC cannot read the pipeline: {' '.join(str(error).split())}", file=sys.stderr)
+    return 1
 
 
 def _print_gaps(gaps: dict[str, list[str]]) -> int:
