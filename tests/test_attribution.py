@@ -104,10 +104,24 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
     assert "missing.jsonl: no such file" in capsys.readouterr().err
     assert main([*args, "--out", str(tmp_path / "table.json" / "t.json")]) == 1  # a file where a folder should be
-    assert capsys.readouterr().err.startswith(f"attribution: error: {tmp_path / 'table.json'}")
+    assert capsys.readouterr().err.startswith(f"attribution: error: --out {tmp_path / 'table.json' / 't.json'}: ")
+    with pytest.raises(SystemExit):  # was: an error naming a temporary file in the folder's parent
+        main([*args, "--out", str(tmp_path)])
+    assert f"--out {tmp_path}: a folder" in capsys.readouterr().err
+    (tmp_path / "none.jsonl").write_text("")
+    assert main([str(tmp_path / "none.jsonl"), *args[1:]]) == 1  # was: a table of 0 questions
+    assert "none.jsonl: no records" in capsys.readouterr().err
     (tmp_path / "corpus.jsonl").write_text('{"id": "p1", "text": "no title"}\n')
     assert main(args) == 1
     assert "corpus.jsonl:1 (passage p1): missing field 'title'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("golden", [[], [""], ["---"]])
+def test_golden_answers_that_decide_nothing_are_refused(golden):
+    """No answer made every episode wrong (not_retrieved); one that normalizes to "" made every episode right."""
+    episode = record("Where was Ada born?", "Paris", ["x"], [["p1"]]) | {"golden_answers": golden}
+    with pytest.raises(DataError, match=r"r\.jsonl:7: golden_answers .* not empty once normalized"):
+        where_lost(episode, SHOWN, "r.jsonl:7")
 
 
 def test_a_record_field_of_the_wrong_shape_is_named_not_read_letter_by_letter():

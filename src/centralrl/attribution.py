@@ -72,6 +72,10 @@ def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record")
             wanted = {"string": "a string", "strings": "a list of strings", "hits": "a list of lists of ids"}[shape]
             raise DataError(f"{where}: field {field!r} should be {wanted}, got {record[field]!r}")
     golden = record["golden_answers"]
+    if not golden or not all(normalize_answer(answer) for answer in golden):
+        raise DataError(  # no answer: every episode wrong; an empty one: every prediction contains it
+            f"{where}: golden_answers {golden!r} must hold answers that are not empty once normalized"
+        )
     if acc(record["prediction"], golden):
         return None
     if any(normalize_answer(answer) in SPECIAL_ANSWERS for answer in golden):
@@ -110,6 +114,13 @@ def markdown(tables: Mapping[str, Mapping[str, int]]) -> str:
     return "\n".join(lines)
 
 
+def _records(path: str) -> list[tuple[str, dict]]:
+    rows = list(read_jsonl(path))
+    if not rows:
+        raise DataError(f"{path}: no records (an evaluation writes one per question)")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m centralrl.attribution",
@@ -121,18 +132,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="its harness.passage_chars: what a role is shown")
     parser.add_argument("--out", help="also write the tables here (JSON)")
     args = parser.parse_args(argv)
+    if args.out and Path(args.out).is_dir():
+        parser.error(f"--out {args.out}: a folder; give the JSON file to write")
     from centralrl.config import load_config
 
     try:
         shown = shown_passages(args.corpus, load_config(args.params).harness.passage_chars)
-        tables = {path: attribution_table(list(read_jsonl(path)), shown) for path in args.records}
+        tables = {path: attribution_table(_records(path), shown) for path in args.records}
         if args.out:
             write_json(args.out, tables)
     except CentralRLError as error:
         print(f"attribution: error: {error}", file=sys.stderr)
         return 1
     except OSError as error:  # the --out folder: read-only, or a file where a folder should be
-        print(f"attribution: error: {error.filename}: {error.strerror}", file=sys.stderr)
+        print(f"attribution: error: --out {args.out}: {error.strerror}", file=sys.stderr)
         return 1
     print(markdown(tables))
     return 0
