@@ -28,8 +28,7 @@ from centralrl.services import quiet_known_errors_in_prefect_logs
 REPO = Path(__file__).resolve().parents[1]
 
 
-@task(cache_policy=NO_CACHE)
-def plan(
+def command(
     repo: str,
     profile: str | None,
     arms: list[str] | None,
@@ -38,10 +37,16 @@ def plan(
     dry_run: bool,
     single_item: bool = False,
 ) -> list[str]:
-    """The full dvc command line for this run, checked against params.yaml (unknown arms fail here)."""
+    """The full dvc command line for this run, checked against params.yaml (unknown arms or profiles fail here)."""
     params = read_params(repo)
     check_profile(repo, params, profile)
-    argv = [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
+    return [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
+
+
+@task(cache_policy=NO_CACHE)
+def plan(repo: str, *options) -> list[str]:
+    """`command`, logged: what this run will execute."""
+    argv = command(repo, *options)
     get_run_logger().info("in %s: dvc %s", repo, " ".join(argv[3:]))
     return argv
 
@@ -52,8 +57,20 @@ def run_dvc(repo: str, argv: list[str]) -> list[str]:
     logger = get_run_logger()
     code, tail = stream(argv, repo, logger.info, dvc_env())
     if code != 0:
-        raise RunError(f"`dvc {' '.join(argv[3:])}` exited with code {code}; its last lines:\n" + "\n".join(tail))
+        lines = "\n".join(tail) + _hint(argv, tail)
+        raise RunError(f"`dvc {' '.join(argv[3:])}` exited with code {code}; its last lines:\n{lines}")
     return tail
+
+
+def _hint(argv: list[str], tail: list[str]) -> str:
+    """What a dry run's failure means when DVC's dry run met a stage whose inputs are not made yet."""
+    if "--dry" in argv and any("failed to reproduce" in line and "No such file" in line for line in tail):
+        return (
+            "\nDVC's dry run reads the inputs of every stage it would run, so it fails where an upstream stage's "
+            "outputs do not exist yet (DVC issue #9021; always so for `exp run`, which runs in a copy without "
+            "them): run without --dry, or name targets whose inputs exist"
+        )
+    return ""
 
 
 @flow(name="experiment")
@@ -97,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", help="DVC stage or group names (default: the whole pipeline)")
     args = parser.parse_args(argv)
     try:
+        command(str(REPO), args.profile, args.arms, args.seeds, args.targets, args.dry)  # before any Prefect server
         experiment(args.profile, args.arms, args.seeds, args.targets, args.dry)
     except CentralRLError as error:
         print(f"experiment: error: {error}", file=sys.stderr)

@@ -124,6 +124,15 @@ def test_the_experiment_script_parses_its_arguments_and_names_a_bad_one(prefect_
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
+def test_a_dry_run_that_met_missing_inputs_says_why():
+    """DVC's dry run fails on a stage whose inputs an upstream stage has not made yet (DVC issue #9021)."""
+    from flows.experiment import _hint
+
+    failed = ["ERROR: failed to reproduce 'build_index': [Errno 2] No such file or directory: 'data/corpus.jsonl'"]
+    assert "DVC issue #9021" in _hint(["python", "-m", "dvc", "exp", "run", "--dry"], failed)
+    assert _hint(["python", "-m", "dvc", "repro"], failed) == ""  # a real run that failed: its own lines say why
+
+
 def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):
     """The names built for arms are the names DVC gives the real pipeline's matrix stages."""
     for name in ("dvc.yaml", "params.yaml"):
