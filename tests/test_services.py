@@ -463,8 +463,10 @@ def test_a_port_out_of_range_is_a_usage_error(port, capsys):
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--log-dir", "{file}"], "argument --log-dir: {file}: exists and is not a folder"),  # was: FileExistsError
-        (["--prefect-home", "{file}"], "argument --prefect-home: {file}: exists and is not a folder"),
+        (["--log-dir", "{file}"], "argument --log-dir: {file}: {file} exists and is not a folder"),  # FileExistsError
+        (["--log-dir", "{file}/logs"], "argument --log-dir: {file}/logs: {file} exists and is not a folder"),
+        (["--prefect-home", "{file}"], "argument --prefect-home: {file}: {file} exists and is not a folder"),
+        (["--mlflow-store", "http://u:pw@127.0.0.1:9"], "http://u:***@127.0.0.1:9: not a database URI"),  # MLflow's
         (
             ["--timeout", "-1"],
             "argument --timeout: '-1' is not a number of seconds above 0",

@@ -373,9 +373,22 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
 
 
 def folder_path(text: str) -> str:
-    """A folder from the command line: one that exists, or that can still be made (nothing else in its way)."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: exists and is not a folder")
+    """A folder from the command line: one that exists, or that can still be made (nothing else in its way, the
+    path itself or a folder above it)."""
+    for path in (Path(text), *Path(text).parents):
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {path} exists and is not a folder")
+    return text
+
+
+def store_uri(text: str) -> str:
+    """An MLflow backend store URI `mlflow server` can serve: a database URL (MLflow 3 refuses a file store, and
+    an http URI names a server, not a store)."""
+    scheme = text.partition("://")[0].split("+")[0]
+    if "://" not in text or scheme not in ("sqlite", "postgresql", "mysql", "mssql"):
+        raise argparse.ArgumentTypeError(
+            f"{redact(text)}: not a database URI (sqlite:///mlflow.db, postgresql://..., mysql://..., mssql://...)"
+        )
     return text
 
 
@@ -417,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--mlflow-port", type=port_number, default=5000, help="MLflow server port (default 5000)")
     run.add_argument(
         "--mlflow-store",
+        type=store_uri,
         default="sqlite:///mlflow.db",
         help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)",
     )
