@@ -69,6 +69,14 @@ def test_unknown_profile_lists_the_known_ones(tmp_path):
         load_config(params)
 
 
+@pytest.mark.parametrize("profile", ["../params", "/etc/x", ""])
+def test_a_profile_that_is_no_file_name_of_profiles_is_refused(tmp_path, profile):
+    """'../params' read params.yaml itself as the overlay, refused only by accident of its keys."""
+    params = write_params(tmp_path)
+    with pytest.raises(ConfigError, match="is not a profile name"):
+        load_config(params, {"profile": profile})
+
+
 def test_profile_file_may_not_switch_profile(tmp_path):
     params = write_params(tmp_path)
     (tmp_path / "profiles" / "smoke.yaml").write_text(yaml.safe_dump({"profile": "default"}))

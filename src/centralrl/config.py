@@ -887,10 +887,13 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     """params.yaml, deep-merged with `overrides` (used by tests and `-S`-like CLIs), then with its profile."""
     params_path = Path(params_path)
     if not params_path.is_file():
-        raise ConfigError(f"{params_path}: params file not found")
+        kind = "a folder, not a params file" if params_path.is_dir() else "params file not found"
+        raise ConfigError(f"{params_path}: {kind}")
     raw = deep_merge(_read_yaml(params_path), overrides or {})
     profile = raw.get("profile", DEFAULT_PROFILE)
     overlay_file = profile_path(params_path, str(profile))
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(profile)):  # "../params" would read params.yaml
+        raise ConfigError(f"profile: {profile!r} is not a profile name (a file name of profiles/ without .yaml)")
     if not overlay_file.is_file():
         known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml"))
         raise ConfigError(

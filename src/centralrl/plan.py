@@ -382,7 +382,8 @@ def check_files(cfg: Config, root: Path) -> list[Check]:
     ]
     checks = []
     if not root.is_dir() and any(not Path(path).is_absolute() for _, path in paths):
-        checks.append(Check("data.root", False, f"folder {root} does not exist (relative source paths start there)"))
+        state = "is a file, not a folder" if root.exists() else "does not exist"
+        checks.append(Check("data.root", False, f"folder {root} {state} (relative source paths start there)"))
     for what, path in paths:
         file = _source_file(path, root)
         why = (
