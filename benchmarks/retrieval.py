@@ -236,6 +236,8 @@ def main() -> None:
     parser.add_argument("--skip-bm25s-throughput", action="store_true", help="only the faiss and world parts")
     parser.add_argument("--out", default="benchmarks/results/retrieval.json")
     args = parser.parse_args()
+    if args.k > args.passages:  # faiss's recall of the exact top k would divide by a k it cannot return
+        parser.error(f"--k {args.k} is more than --passages {args.passages}")
     check_out(args.out)
     set_threads(load_config(args.params).threads)
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores"}

@@ -435,6 +435,33 @@ def old_vs_new(cfg, args) -> dict:
     return figures
 
 
+OLD_VS_NEW = {  # the options only --old-vs-new reads, and their defaults
+    "steps": 4,
+    "questions_per_step": 2,
+    "group_size": 4,
+    "eval_questions": "data/test.jsonl",
+    "n_eval": 16,
+    "seed": 0,
+}
+OTHER_MODES = {"n": 16, "engine": "transformers"}  # the options only the runner modes read
+
+
+def with_mode_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse an option the chosen mode would ignore (it was dropped silently); then fill in the defaults."""
+    given = [name for name in (*OLD_VS_NEW, *OTHER_MODES) if getattr(args, name) is not None]
+    ignored = [name for name in given if name in (OTHER_MODES if args.old_vs_new else OLD_VS_NEW)]
+    ignored += ["compare_engines"] if args.old_vs_new and args.compare_engines else []
+    ignored += ["engine"] if args.compare_engines and args.engine is not None else []
+    if ignored:
+        mode = "--old-vs-new" if args.old_vs_new else "--compare-engines" if args.compare_engines else "this mode"
+        options = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
+        parser.error(f"{options}: not read by {mode} (see --help)")
+    for name, default in (OLD_VS_NEW | OTHER_MODES).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
@@ -442,13 +469,13 @@ def main() -> None:
     parser.add_argument("--model", default="models/main/backbone")
     parser.add_argument("--index", default="index")
     parser.add_argument("--questions", default="data/test.jsonl")
-    parser.add_argument("--n", type=count, default=16, help="questions (taken evenly across the file)")
+    parser.add_argument("--n", type=count, help="questions (taken evenly across the file; default 16)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads of this process")
     parser.add_argument(
         "--engine",
         choices=("transformers", "vllm"),
-        default="transformers",
-        help="generation engine of the runner (vllm: the gpu extra, a CUDA GPU; harness.vllm settings)",
+        help="generation engine of the runner (default transformers; vllm: the gpu extra, a CUDA GPU; "
+        "harness.vllm settings)",
     )
     parser.add_argument(
         "--compare-engines",
@@ -458,14 +485,14 @@ def main() -> None:
     parser.add_argument(
         "--old-vs-new", action="store_true", help="the engine before issue 12 against today's (see above)"
     )
-    parser.add_argument("--steps", type=count, default=4, help="--old-vs-new: rollout batches per engine")
-    parser.add_argument("--questions-per-step", type=count, default=2, help="--old-vs-new: questions per batch")
-    parser.add_argument("--group-size", type=count, default=4, help="--old-vs-new: samples per question")
-    parser.add_argument("--eval-questions", default="data/test.jsonl", help="--old-vs-new: greedy questions")
-    parser.add_argument("--n-eval", type=count, default=16, help="--old-vs-new: greedy questions (taken evenly)")
-    parser.add_argument("--seed", type=int, default=0, help="--old-vs-new: questions, LoRA init and sampling")
+    parser.add_argument("--steps", type=count, help="--old-vs-new: rollout batches per engine (default 4)")
+    parser.add_argument("--questions-per-step", type=count, help="--old-vs-new: questions per batch (default 2)")
+    parser.add_argument("--group-size", type=count, help="--old-vs-new: samples per question (default 4)")
+    parser.add_argument("--eval-questions", help="--old-vs-new: greedy questions (default data/test.jsonl)")
+    parser.add_argument("--n-eval", type=count, help="--old-vs-new: greedy questions (taken evenly; default 16)")
+    parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
     parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
-    args = parser.parse_args()
+    args = with_mode_defaults(parser, parser.parse_args())
     torch.set_num_threads(args.threads)
     out = check_out(args.out or f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json")
 

@@ -70,3 +70,25 @@ def test_an_out_in_a_folder_that_refuses_files_is_refused_before_measuring(read_
     assert done.stdout == ""
     assert out.read_text() == '{\n  "old": true\n}\n'
     assert sorted(p.name for p in read_only_folder.iterdir()) == ["result.json"]
+
+
+def test_options_a_mode_ignores_and_impossible_values_are_usage_errors(monkeypatch, capsys):
+    """Each was taken silently: rollout.py ignored --steps without --old-vs-new (and --n with it), temperature.py
+    sampled at -1, and retrieval.py's flat index found 22% of its own top 50 among 10 vectors."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import retrieval
+    import rollout
+    import temperature
+
+    cases = [
+        (rollout, ["--steps", "3"], "--steps: not read by this mode"),
+        (rollout, ["--old-vs-new", "--n", "3"], "--n: not read by --old-vs-new"),
+        (rollout, ["--compare-engines", "--engine", "vllm"], "--engine: not read by --compare-engines"),
+        (temperature, ["--model=m", "--index=i", "--train=t", "--temperatures=-1"], "a finite number above 0, got -1"),
+        (retrieval, ["--passages", "10", "--k", "50"], "--k 50 is more than --passages 10"),
+    ]
+    for script, args, says in cases:
+        monkeypatch.setattr(sys, "argv", [f"{script.__name__}.py", *args])
+        with pytest.raises(SystemExit) as stop:
+            script.main()
+        assert stop.value.code == 2 and says in capsys.readouterr().err, args
