@@ -146,7 +146,7 @@ def evaluation_flow(
         return result
     results, movement = {}, {}
     for step, (first, *same) in cuts_by_step(cuts).items():
-        policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first))
+        policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first), arm)
         name = f"{arm}-{seed}-{backbone}"
         results[first], movement[first] = evaluate_one(
             cfg,

@@ -182,12 +182,32 @@ def test_adapters_save_and_load_by_role(tiny_backbone, tmp_path):
     model, tokenizer, adapters = _perturbed_policy(tiny_backbone)
     assert save_adapters(model, tmp_path) == ["central"]
     assert (tmp_path / "central" / "adapter_model.safetensors").is_file()
-    reloaded = load_adapters(load_backbone(tiny_backbone)[0], tmp_path)
+    reloaded = load_adapters(load_backbone(tiny_backbone)[0], tmp_path, ["central"])
     prompts = [tokenizer.encode("Question: which film came first?")]
     before = RolePolicy(model, tokenizer, adapters).generate("central", prompts, 8, greedy=True)
     after = RolePolicy(reloaded, tokenizer, adapters).generate("central", prompts, 8, greedy=True)
     assert before[0].completion_ids == after[0].completion_ids
     assert before[0].logprobs == pytest.approx(after[0].logprobs, abs=1e-5)
+
+
+def test_an_adapter_folder_that_is_not_the_arms_or_is_damaged_is_named(tiny_backbone, tmp_path):
+    """An empty budget folder was evaluated as the untrained start, another arm's adapters as this arm's, and a
+    truncated adapter was a safetensors traceback."""
+    from centralrl.errors import BackboneError, DataError
+
+    model, _, _ = _perturbed_policy(tiny_backbone)
+    save_adapters(model, tmp_path / "cut")
+    (tmp_path / "empty").mkdir()
+    for folder, expected, says in [
+        ("empty", ["central"], r"empty: holds adapters \[\], but the arm trains \['central'\]"),
+        ("cut", ["central", "retrieval"], r"cut: holds adapters \['central'\], but the arm trains \['central', 'ret"),
+    ]:
+        with pytest.raises(DataError, match=says):
+            load_adapters(load_backbone(tiny_backbone)[0], tmp_path / folder, expected)
+    weights = tmp_path / "cut" / "central" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(BackboneError, match=r"cut/central: not a LoRA adapter this model can load"):
+        load_adapters(load_backbone(tiny_backbone)[0], tmp_path / "cut", ["central"])
 
 
 def test_wrapping_a_backbone_in_adapters_prints_no_deprecation_warning(tiny_backbone, tmp_path):
@@ -198,5 +218,5 @@ def test_wrapping_a_backbone_in_adapters_prints_no_deprecation_warning(tiny_back
         warnings.simplefilter("always")
         model = attach_adapters(load_backbone(tiny_backbone)[0], {"central": "central"}, LoraConfig(r=4, alpha=8))
         save_adapters(model, tmp_path)
-        load_adapters(load_backbone(tiny_backbone)[0], tmp_path)
+        load_adapters(load_backbone(tiny_backbone)[0], tmp_path, ["central"])
     assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

@@ -294,6 +294,32 @@ def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
     assert not state.exists()  # the stale states are gone, so nothing can resume from them later
 
 
+def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_path):
+    """A truncated optimizer state was a torch traceback, a history row without its fields a KeyError at the
+    end of the run, and a state that lost an adapter was resumed with that role's adapter fresh."""
+    import json
+    import shutil
+
+    from centralrl.distributed import World
+    from centralrl.errors import DataError
+    from centralrl.rl.run import build_trainer
+
+    folder, params, data = smoke_run
+    (saved,) = central_only_run["state"].glob("step-*")
+    key = json.loads((saved / "meta.json").read_text())["fingerprint"]
+    damages = {
+        "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),
+        "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
+        "history": (lambda s: (s / "history.jsonl").write_text('{"step": 1}\n'), "history.jsonl:1 has no skipped"),
+    }
+    inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
+    for name, (damage, says) in damages.items():
+        shutil.copytree(saved, tmp_path / name / saved.name)
+        damage(tmp_path / name / saved.name)
+        with pytest.raises(DataError, match=rf"{name}/step-\d+: a damaged training state \(.*({says})"):
+            build_trainer(load_config(params), "central_only", 0, "main", *inputs, str(tmp_path / name), key, World())
+
+
 def test_spending_sums_what_the_budgets_are_stated_in():
     from centralrl.rl.run import spending
 

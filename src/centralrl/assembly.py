@@ -17,30 +17,36 @@ from centralrl.config import TOPOLOGY_ROLES, Config
 from centralrl.hardware import pick_device
 from centralrl.harness.engine import RolePolicy, open_policy
 from centralrl.harness.episodes import RunSettings
-from centralrl.models.adapters import adapters_of, attach_adapters, load_adapters, role_adapters
+from centralrl.models.adapters import attach_adapters, load_adapters, role_adapters
 from centralrl.models.backbone import load_backbone
 from centralrl.seeding import derive_seed
 
 
 def load_model(
-    cfg: Config,
-    backbone: str,
-    model_dir: str | Path,
-    adapters_dir: str | Path | None = None,
-    device: torch.device | None = None,
+    cfg: Config, backbone: str, model_dir: str | Path, device: torch.device | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The checkpoint in `model_dir` in the dtype of `models.<backbone>`, with the trained adapters saved in
-    `adapters_dir` if given, on `device` (default: `harness.device`)."""
+    """The checkpoint in `model_dir` in the dtype of `models.<backbone>`, on `device` (default: `harness.device`)."""
     model, tokenizer = load_backbone(Path(model_dir), cfg.backbone(backbone).dtype)
-    model = load_adapters(model, adapters_dir) if adapters_dir else model
     return model.to(device or pick_device(cfg.harness.device)), tokenizer
 
 
-def trained_policy(cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None) -> RolePolicy:
-    """The policy of an evaluation: the starting checkpoint with a cut's trained adapters (None: untrained), on
-    `harness.engine`."""
-    model, tokenizer = load_model(cfg, backbone, model_dir, adapters_dir)
-    return open_policy(cfg.harness, model, tokenizer, adapters_of(model), model_dir)
+def arm_adapters(cfg: Config, arm: str) -> dict[str, str | None]:
+    """Role -> the adapter `arm` trains for it, or None for a frozen role."""
+    spec = cfg.arm(arm)
+    return role_adapters(spec.trainable_roles, spec.sharing or cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology])
+
+
+def trained_policy(
+    cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None = None, arm: str | None = None
+) -> RolePolicy:
+    """The policy of an evaluation: the starting checkpoint, untrained, or with a cut's adapters from
+    `adapters_dir`, which must be exactly those `arm` trains; on `harness.engine`."""
+    model, tokenizer = load_model(cfg, backbone, model_dir)
+    adapters: dict[str, str | None] = {}
+    if adapters_dir is not None:
+        adapters = arm_adapters(cfg, arm)
+        model = load_adapters(model, adapters_dir, {a for a in adapters.values() if a})
+    return open_policy(cfg.harness, model, tokenizer, adapters, model_dir)
 
 
 def fresh_policy(
@@ -48,9 +54,8 @@ def fresh_policy(
 ) -> RolePolicy:
     """The policy a GRPO run starts from: the starting checkpoint on `device` with new LoRA adapters for the
     arm's trainable roles, initialised from `seed` alone, so every arm of a seed starts from the same weights."""
-    spec = cfg.arm(arm)
     model, tokenizer = load_model(cfg, backbone, model_dir, device=device)
-    adapters = role_adapters(spec.trainable_roles, spec.sharing or cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology])
+    adapters = arm_adapters(cfg, arm)
     torch.manual_seed(derive_seed(seed, "lora-init"))
     return open_policy(cfg.harness, attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, model_dir)
 

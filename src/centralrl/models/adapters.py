@@ -19,10 +19,11 @@ from pathlib import Path
 import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
+from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
 from centralrl.config import ROLES, LoraConfig
-from centralrl.errors import ConfigError
+from centralrl.errors import BackboneError, ConfigError, DataError
 
 SHARED = "shared"
 
@@ -134,18 +135,38 @@ def _canonical_config(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def load_adapters(model: PreTrainedModel, directory: str | Path, trainable: bool = False) -> PreTrainedModel:
-    """Load every adapter saved by `save_adapters` onto `model` (a plain backbone)."""
-    folders = sorted(p for p in Path(directory).iterdir() if (p / "adapter_config.json").is_file())
+def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Iterable[str]) -> PreTrainedModel:
+    """Load the adapters saved by `save_adapters` in `directory` onto `model` (a plain backbone). They must be
+    exactly `expected` (the adapters the arm trains): a folder that lost one, or holds another arm's, would
+    otherwise be evaluated as something it is not. An adapter that cannot be read is a BackboneError naming it."""
+    directory = Path(directory)
+    folders = (
+        sorted(p for p in directory.iterdir() if (p / "adapter_config.json").is_file()) if directory.is_dir() else []
+    )
+    if [f.name for f in folders] != sorted(set(expected)):
+        raise DataError(
+            f"{directory}: holds adapters {[f.name for f in folders]}, but the arm trains {sorted(set(expected))}"
+        )
     if not folders:
         return model
-    with _wrapping():
-        peft_model = PeftModel.from_pretrained(
-            model, str(folders[0]), adapter_name=folders[0].name, is_trainable=trainable
-        )
+    with _wrapping(), _naming(folders[0]):
+        peft_model = PeftModel.from_pretrained(model, str(folders[0]), adapter_name=folders[0].name)
     for folder in folders[1:]:
-        peft_model.load_adapter(str(folder), adapter_name=folder.name, is_trainable=trainable)
+        with _naming(folder):
+            peft_model.load_adapter(str(folder), adapter_name=folder.name)
     return peft_model
+
+
+@contextmanager
+def _naming(folder: Path) -> Iterator[None]:
+    """A damaged adapter (truncated weights, a config that is not JSON or does not fit the weights) as one line."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
+        reason = " ".join(str(error).split())[:300]
+        raise BackboneError(
+            f"{folder}: not a LoRA adapter this model can load ({type(error).__name__}: {reason})"
+        ) from None
 
 
 def set_activation_checkpointing(model: PreTrainedModel, enabled: bool) -> None:

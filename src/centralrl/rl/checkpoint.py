@@ -11,6 +11,7 @@ writes its outputs.
 
 from __future__ import annotations
 
+import pickle
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from peft import set_peft_model_state_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
 from centralrl.models.adapters import save_adapters
 from centralrl.rl.trainer import Trainer
@@ -71,8 +74,47 @@ def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
     return done[-1] if done else None
 
 
+# how a truncated or edited file of a state fails to load (torch.load, safetensors, a missing meta field)
+UNREADABLE = (
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    KeyError,
+    TypeError,
+    pickle.UnpicklingError,
+    SafetensorError,
+)
+HISTORY_KEYS = ("step", "skipped", "reward_mean", "flops.generation", "flops.update")  # what resuming reads
+
+
 def restore(trainer: Trainer, checkpoint: Path) -> Progress:
-    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress."""
+    """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress.
+    A state that lacks one of the trainer's adapters, or that cannot be read, is a DataError naming it: states are
+    written whole, so it was damaged afterwards, and resuming from it would train from wrong weights or fail
+    later. Nothing is deleted: the message says what to delete to start the cell over."""
+    expected = sorted({a for a in trainer.policy.adapters.values() if a})
+    saved = sorted(p.name for p in (checkpoint / "adapters").iterdir() if p.is_dir())
+    if saved != expected:
+        raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
+    try:
+        progress = _restored(trainer, checkpoint)
+    except UNREADABLE as error:
+        raise _damaged(checkpoint, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+    for number, row in enumerate(progress.history, start=1):
+        missing = [key for key in HISTORY_KEYS if key not in row]
+        if missing:
+            raise _damaged(checkpoint, f"history.jsonl:{number} has no {', '.join(missing)}")
+    return progress
+
+
+def _damaged(checkpoint: Path, what: str) -> DataError:
+    return DataError(
+        f"{checkpoint}: a damaged training state ({what}); delete {checkpoint.parent} to train this cell from step 0"
+    )
+
+
+def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
     model = trainer.policy.model
     for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
         # copied in place, so the optimizer keeps pointing at the same parameter tensors
