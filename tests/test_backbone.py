@@ -152,6 +152,18 @@ def test_load_backbone_refuses_a_folder_that_is_not_a_backbone(tmp_path):
         load_backbone(tmp_path / "nowhere")
 
 
+def test_a_model_without_a_chat_template_is_refused_by_prepare_and_load(tiny, tmp_path):
+    """It was prepared (has_chat_template false) and loaded, then the warm start failed in transformers."""
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny[0], plain)
+    (plain / "chat_template.jinja").unlink()
+    with pytest.raises(BackboneError, match=r"plain: its tokenizer has no chat template"):
+        load_backbone(plain)
+    with pytest.raises(BackboneError, match=r"plain: its tokenizer has no chat template"):
+        prepare_backbone(ModelConfig(source="hf", name_or_path=str(plain)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_load_backbone_refuses_an_unknown_dtype(tiny):
     with pytest.raises(BackboneError, match="dtype 'float8' is not supported"):
         load_backbone(tiny[0], dtype="float8")

@@ -70,6 +70,7 @@ SMOLLM2_CHAT_TEMPLATE = (
 def prepare_backbone(cfg: ModelConfig, out_dir: Path) -> dict:
     """Build the backbone `cfg` names and save model + tokenizer into `out_dir` (replaced whole); return metrics."""
     model, tokenizer = SOURCES[cfg.source](cfg)
+    _require_chat_template(tokenizer, cfg.name_or_path or cfg.source)
     model = model.to(torch_dtype(cfg.dtype))
     _ensure_pad(model, tokenizer)
     with atomic_directory(out_dir) as tmp:
@@ -105,10 +106,20 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     except (OSError, ValueError, KeyError, SafetensorError, StrictDataclassError) as error:
         raise BackboneError(f"{model_dir}: not a loadable backbone ({error})") from error
+    _require_chat_template(tokenizer, str(model_dir))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.eval(), tokenizer
+
+
+def _require_chat_template(tokenizer: PreTrainedTokenizerBase, where: str) -> None:
+    """Every role's prompt is a chat: a tokenizer without a chat template would fail at the first prompt."""
+    if not tokenizer.chat_template:
+        raise BackboneError(
+            f"{where}: its tokenizer has no chat template (the harness prompts every role as a chat); use an "
+            "instruct model, or add one (chat_template.jinja beside the tokenizer)"
+        )
 
 
 def torch_dtype(name: str):
