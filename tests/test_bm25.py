@@ -108,6 +108,22 @@ def test_manifest_records_the_corpus_file_digest_and_open_refuses_another_corpus
         open_retriever(cfg, tmp_path / "index", tmp_path / "other.jsonl")
 
 
+def test_a_damaged_index_is_named_before_any_search(tmp_path):
+    """A truncated array was numpy's ValueError, a manifest that is no object an AttributeError, and a
+    passages file cut short opened fine, then failed mid-rollout at the first hit past its end (IndexError)."""
+    cfg = RetrievalConfig(bm25s_backend="numpy")
+    damages = {
+        "manifest.json": (lambda f: f.write_text("[]\n"), r"manifest\.json: not an index manifest"),
+        "passages.jsonl": (lambda f: write_jsonl(f, [p.to_json() for p in PASSAGES[:2]]), r"4 indexed, 2 in passages"),
+        "data.csc.index.npy": (lambda f: f.write_bytes(b"\x93NUMPY"), r"a damaged bm25s index \(ValueError"),
+    }
+    for name, (damage, says) in damages.items():
+        save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path / name)
+        damage(tmp_path / name / name)
+        with pytest.raises(RetrievalError, match=says):
+            open_retriever(cfg, tmp_path / name)
+
+
 def test_open_without_index_says_how_to_build_it(tmp_path):
     with pytest.raises(RetrievalError, match="dvc repro build_index"):
         open_retriever(RetrievalConfig(), tmp_path)

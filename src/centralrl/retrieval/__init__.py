@@ -138,6 +138,8 @@ def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Pa
     if not (directory / MANIFEST).is_file():
         raise RetrievalError(f"{directory}: no index manifest (run `dvc repro build_index` first)")
     manifest = read_json(directory / MANIFEST)
+    if not isinstance(manifest, dict):
+        raise RetrievalError(f"{directory / MANIFEST}: not an index manifest (a JSON object); rebuild the index")
     _refuse_mismatch(manifest, {"backend": cfg.backend, **index_settings(cfg)}, directory)
     if corpus is not None:
         _refuse_mismatch(manifest, {"corpus_sha256": file_sha256(corpus)}, directory, f"the corpus {corpus} has")

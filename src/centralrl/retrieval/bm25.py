@@ -67,6 +67,10 @@ def _with_sorted_vocab(documents: list[list[str]]) -> bm25s.tokenization.Tokeniz
     return bm25s.tokenization.Tokenized(ids=[[vocab[t] for t in doc] for doc in documents], vocab=vocab)
 
 
+def _damaged(directory: Path, what: str) -> RetrievalError:
+    return RetrievalError(f"{directory}: a damaged bm25s index ({what}); rebuild it with build_index")
+
+
 class Bm25sIndex:
     """A BM25 index over passages; `search` takes a batch of queries and returns top-k hits per query."""
 
@@ -100,9 +104,17 @@ class Bm25sIndex:
         if not (directory / SETTINGS_FILE).is_file():
             raise RetrievalError(f"{directory}: no bm25s index here (run `dvc repro build_index` first)")
         settings = read_json(directory / SETTINGS_FILE)
-        model = bm25s.BM25.load(directory, backend=resolve_backend(backend), show_progress=False)
+        try:  # an array file cut short, or settings edited
+            model = bm25s.BM25.load(directory, backend=resolve_backend(backend), show_progress=False)
+            stemming, saved = bool(settings["stemming"]), int(settings["passages"])
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as error:
+            raise _damaged(directory, f"{type(error).__name__}: {error}") from None
         passages = read_passages(directory / PASSAGES_FILE)
-        return cls(model, passages, bool(settings["stemming"]))
+        indexed = int(model.scores["num_docs"])
+        if not indexed == saved == len(passages):  # a search hitting a passage past the end would fail mid-rollout
+            counts = f"{saved} in {SETTINGS_FILE}, {indexed} indexed, {len(passages)} in {PASSAGES_FILE}"
+            raise _damaged(directory, f"passages: {counts}")
+        return cls(model, passages, stemming)
 
     @property
     def corpus_sha256(self) -> str:
