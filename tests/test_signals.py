@@ -130,6 +130,36 @@ def test_a_stop_whose_cleanup_hangs_still_ends_the_process(tmp_path, how):
     assert f"SIGINT, then {expected}: exiting without further cleanup" in err
 
 
+HANDED_ON = """
+import os, signal, sys, time
+sys.path.insert(0, {src!r})
+from centralrl.processes import Terminated, terminate_as_interrupt
+terminate_as_interrupt(grace=600)
+ours = signal.getsignal(signal.SIGTERM)
+
+def prefect_like(signum, frame):  # Prefect's flow engine: its handler, then the signal again for the one it replaced
+    signal.signal(signum, ours)
+    os.kill(os.getpid(), signum)
+
+signal.signal(signal.SIGTERM, prefect_like)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+except Terminated:
+    time.sleep(1)  # unwinding (temporaries removed, children stopped) must not be cut short
+    print("unwound", flush=True)
+"""
+
+
+def test_one_signal_handed_on_by_another_handler_is_not_a_second_one(tmp_path):
+    """One `kill -TERM` to a stage in a flow run printed 'SIGTERM, then a second signal' and skipped the
+    unwinding the stage promises: Prefect sends the signal it caught to the process again."""
+    script = tmp_path / "handed_on.py"
+    script.write_text(HANDED_ON.format(src=str(REPO / "src")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "unwound\n"), done.stderr
+
+
 def test_a_signal_whose_exception_is_swallowed_still_ends_the_process(tmp_path):
     """Another handler (Prefect's, during flow runs) took the signal and its exception never surfaced."""
     process = start_stoppable(tmp_path, grace=1.0, swallow=True)

@@ -117,15 +117,24 @@ def terminate_as_interrupt(grace: float = 20.0) -> threading.Thread:
     return thread
 
 
+ECHO_SECONDS = 5.0  # Prefect hands the signal on after its flow run unwinds: API calls, under load
+
+
 def _deadline_after_stop(wakeup: int, grace: float) -> None:
-    first = None
+    """Arm the deadline at the first stop signal; end the process at a second. The same signal again within
+    ECHO_SECONDS is the first one handed on, not a second: Prefect's flow engine, whose SIGTERM handler is
+    installed during a flow run, sends the signal it caught to the process again (`os.kill`) for the handler it
+    replaced, and one `kill -TERM` had ended stages at once, skipping the unwinding."""
+    first, first_at = None, 0.0
     while received := os.read(wakeup, 1):
         signum = received[0]
         if signum not in STOP_SIGNALS:
             continue
         if first is not None:
+            if signum == first and time.monotonic() - first_at < ECHO_SECONDS:
+                continue
             _exit_now(signum, "a second signal")
-        first = signum
+        first, first_at = signum, time.monotonic()
         timer = threading.Timer(grace, _exit_now, (signum, f"still stopping {grace:g} s later"))
         timer.daemon = True
         timer.start()
