@@ -314,6 +314,16 @@ def test_a_training_seed_outside_the_matrix_is_refused(tmp_path):
         train.main(["--params", str(params), "--arm", "joint", "--seed", "7", "--backbone", "main", *paths])
 
 
+def test_a_file_given_as_the_state_folder_is_refused_before_any_step(tmp_path):
+    from centralrl.rl.run import train_cell
+
+    params = write_params(tmp_path)
+    (tmp_path / "state").write_text("not a folder")
+    names = ("model", "index", "train", "adapters", "budgets", "state", "history", "metrics")
+    with pytest.raises(OutputError, match=r"--state .*state: a file, not a folder"):  # was: found after a step
+        train_cell(str(params), "joint", 0, "main", *(str(tmp_path / n) for n in names), "stages/train.py")
+
+
 def test_a_missing_input_is_one_line_naming_it(stage):
     done = run(["tiny_stage.py", "missing", str(stage / "nowhere.jsonl")], stage)
     assert (done.returncode, done.stderr) == (

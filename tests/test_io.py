@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from centralrl.errors import DataError
-from centralrl.io import atomic_directory, read_json, read_jsonl, scratch_folder, write_jsonl
+from centralrl.errors import DataError, OutputError
+from centralrl.io import atomic_directory, atomic_write, read_json, read_jsonl, scratch_folder, write_jsonl
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
@@ -40,6 +40,23 @@ def test_a_key_given_twice_is_refused_naming_it(tmp_path, text):
         list(read_jsonl(rows))
     with pytest.raises(DataError, match=rf"whole\.json: key '{key}' appears twice in one object"):
         read_json(whole)
+
+
+def test_what_stands_in_an_outputs_way_is_named_and_no_temporary_is_left(tmp_path):
+    """A file where an output folder (or a folder above an output) should be said "<temporary>: Is a directory"
+    and left an empty temporary folder behind."""
+    (tmp_path / "blocker").write_text("a file")
+    (tmp_path / "folder").mkdir()
+    cases = [
+        (lambda: atomic_directory(tmp_path / "blocker"), r"blocker: this output is a folder, but a file of that"),
+        (lambda: atomic_directory(tmp_path / "blocker" / "x"), r"blocker/x: cannot be written: .*blocker is a file"),
+        (lambda: atomic_write(tmp_path / "folder"), r"folder: this output is a file, but a folder of that name"),
+    ]
+    for opened, says in cases:
+        with pytest.raises(OutputError, match=says), opened():
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "folder"]
+    assert (tmp_path / "blocker").read_text() == "a file" and not list((tmp_path / "folder").iterdir())
 
 
 def test_failed_write_keeps_the_previous_file(tmp_path):

@@ -69,11 +69,19 @@ def scratch_folder(name: str) -> Path:
     temporaries are (`.<name>.<pid>.<random>.incomplete`): the caller removes it when done, and if its process
     died first (a SIGKILLed stage cannot clean up), the next call removes it."""
     target = Path(tempfile.gettempdir()) / name
-    _prepare(target)
+    _prepare(target, folder=True)
     return Path(_temporary_beside(target, tempfile.mkdtemp))
 
 
-def _prepare(target: Path) -> None:
+def _prepare(target: Path, folder: bool) -> None:
+    """Make `target`'s folder; refuse what stands in the way: a file where a folder above it should be, or a
+    folder where the output is a file (and the reverse), before any temporary is made."""
+    blocked = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise OutputError(f"{target}: cannot be written: {blocked} is a file, not a folder")
+    if target.exists() and target.is_dir() != folder:
+        kinds = ("a file", "a folder") if target.is_dir() else ("a folder", "a file")
+        raise OutputError(f"{target}: this output is {kinds[0]}, but {kinds[1]} of that name is in the way")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -104,7 +112,7 @@ def _raise_unwritable(error: OSError, target: Path, causes: set[int] = UNWRITABL
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file next to `path`; on success move it over `path`, on error delete it."""
     target = Path(path)
-    _prepare(target)
+    _prepare(target, folder=False)
     fd, tmp = _temporary_beside(target, tempfile.mkstemp)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
@@ -141,7 +149,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     never a mix. Every file is fsynced before the rename, so a crash cannot leave renamed but empty files.
     """
     target = Path(path)
-    _prepare(target)
+    _prepare(target, folder=True)
     tmp = Path(_temporary_beside(target, tempfile.mkdtemp))
     try:
         yield tmp

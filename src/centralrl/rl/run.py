@@ -41,6 +41,7 @@ from centralrl.codedeps import project_sources, sources_sha256
 from centralrl.compute import accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.distributed import World
+from centralrl.errors import OutputError
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
@@ -298,6 +299,8 @@ def train_cell(
     cfg = load_config(params_path)
     world = World.join(cfg.harness.device, cfg.train.processes)
     state = Path(state_dir)
+    if state.exists() and not state.is_dir():  # found at the first save, after a step's work
+        raise OutputError(f"--state {state}: a file, not a folder for the training states")
     inputs, code = input_hashes([Path(model_dir), Path(index_dir), Path(train_path)]), code_sha256(Path(entry))
     key = fingerprint(cfg, arm, seed, backbone, inputs, code)
     memo = None
