@@ -43,18 +43,14 @@ def command(
     return [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
 
 
-@task(cache_policy=NO_CACHE)
-def plan(repo: str, *options) -> list[str]:
-    """`command`, logged: what this run will execute."""
-    argv = command(repo, *options)
-    get_run_logger().info("in %s: dvc %s", repo, " ".join(argv[3:]))
-    return argv
+plan = task(command, name="plan", cache_policy=NO_CACHE)  # a visible step of the flow run
 
 
 @task(cache_policy=NO_CACHE)
 def run_dvc(repo: str, argv: list[str]) -> list[str]:
     """Run the command, its output streamed to this run's log; fail with its last lines on a non-zero exit."""
     logger = get_run_logger()
+    logger.info("in %s: dvc %s", repo, " ".join(argv[3:]))
     code, tail = stream(argv, repo, logger.info, dvc_env())
     if code != 0:
         lines = "\n".join(tail) + _hint(argv, tail)
