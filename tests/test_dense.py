@@ -161,6 +161,15 @@ def test_unavailable_hub_encoder_names_it_and_says_how_to_get_it(tmp_path, monke
         Encoder.load(DenseConfig(encoder="intfloat/e5-base-v2"))
 
 
+def test_an_encoder_path_that_is_no_folder_is_named_without_asking_the_hub(tmp_path):
+    """Was the hub's HFValidationError, with advice to `hf download /nonexistent/encoder`, after ~20 s."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(RetrievalError, match=r"encoder /.*/nowhere: no such folder"):
+        encoder_folder(str(tmp_path / "nowhere"))
+    with pytest.raises(RetrievalError, match=r"encoder /.*/afile: a file, not a folder"):
+        encoder_folder(str(tmp_path / "afile"))
+
+
 def test_missing_packaged_encoder_says_how_to_install(monkeypatch):
     from centralrl.retrieval import encoder
 

@@ -894,8 +894,10 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     overlay_file = profile_path(params_path, str(profile))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(profile)):  # "../params" would read params.yaml
         raise ConfigError(f"profile: {profile!r} is not a profile name (a file name of profiles/ without .yaml)")
+    if overlay_file.exists() and not overlay_file.is_file():
+        raise ConfigError(f"profile: {overlay_file} is a folder, not a profile file")
     if not overlay_file.is_file():
-        known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml"))
+        known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml") if p.is_file())
         raise ConfigError(
             f"profile: no profile {profile!r} ({overlay_file} not found); known: {', '.join(known) or 'none'}"
         )

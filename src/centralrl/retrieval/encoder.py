@@ -80,6 +80,9 @@ def encoder_folder(name: str, revision: str | None = None) -> Path:
         return _packaged_folder(name)
     if Path(name).is_dir():
         return Path(name)
+    if Path(name).exists() or name.startswith(("/", "./", "../", "~")):  # a path, never a hub id: no hub to ask
+        state = "a file, not a folder" if Path(name).exists() else "no such folder"
+        raise RetrievalError(f"encoder {name}: {state} (retrieval.dense.encoder names an encoder's folder here)")
     return _hub_folder(name, revision)
 
 
