@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -32,21 +31,6 @@ def count(text: str, least: int = 1) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-    return value
-
-
-def positive_temperature(text: str) -> float:
-    """argparse type: a sampling temperature, a finite number above 0 (0 would divide the logits by zero).
-
-    >>> positive_temperature("0.7")
-    0.7
-    """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"a temperature is a finite number above 0, got {text}")
     return value
 
 

@@ -26,7 +26,8 @@ from centralrl.rl.dev import split_dev
 from centralrl.rl.grpo import groups_with_signal
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions
-from cli import check_out, count, positive_temperature, run_main
+from centralrl.services import positive
+from cli import check_out, count, run_main
 
 
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
     parser.add_argument("--index", required=True)
     parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
-    parser.add_argument("--temperatures", type=positive_temperature, nargs="+", default=[0.5, 0.7, 1.0])
+    parser.add_argument("--temperatures", type=positive("a temperature"), nargs="+", default=[0.5, 0.7, 1.0])
     parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
     parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
     parser.add_argument("--threads", type=count, default=1)

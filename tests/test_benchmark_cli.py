@@ -84,7 +84,7 @@ def test_options_a_mode_ignores_and_impossible_values_are_usage_errors(monkeypat
         (rollout, ["--steps", "3"], "--steps: not read by this mode"),
         (rollout, ["--old-vs-new", "--n", "3"], "--n: not read by --old-vs-new"),
         (rollout, ["--compare-engines", "--engine", "vllm"], "--engine: not read by --compare-engines"),
-        (temperature, ["--model=m", "--index=i", "--train=t", "--temperatures=-1"], "a finite number above 0, got -1"),
+        (temperature, ["--model=m", "--index=i", "--train=t", "--temperatures=-1"], "is not a temperature above 0"),
         (retrieval, ["--passages", "10", "--k", "50"], "--k 50 is more than --passages 10"),
     ]
     for script, args, says in cases:

@@ -392,19 +392,23 @@ def store_uri(text: str) -> str:
     return text
 
 
-def positive_seconds(text: str) -> float:
-    """A time limit from the command line: a finite number of seconds above 0.
+def positive(what: str) -> Callable[[str], float]:
+    """An argparse type: a finite number above 0, refused as "'<text>' is not <what> above 0".
 
-    >>> positive_seconds("90")
+    >>> positive("a number of seconds")("90")
     90.0
     """
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return seconds
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} above 0")
+        return value
+
+    return parse
 
 
 def port_number(text: str) -> int:
@@ -453,7 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the servers' logs go (default: a new temporary folder)",
     )
     run.add_argument(
-        "--timeout", type=positive_seconds, default=120.0, help="seconds each server may take to answer (default 120)"
+        "--timeout",
+        type=positive("a number of seconds"),
+        default=120.0,
+        help="seconds each server may take to answer (default 120)",
     )
     args = parser.parse_args(argv)
     if args.prefect_port == args.mlflow_port:
