@@ -41,7 +41,7 @@ from centralrl.codedeps import project_sources, sources_sha256
 from centralrl.compute import accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.distributed import World
-from centralrl.errors import OutputError
+from centralrl.errors import DataError, OutputError
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
@@ -187,15 +187,29 @@ def step_timing(trainer: Trainer, seconds: float) -> dict[str, float]:
 def start_scores(trainer: Trainer, memo: Path | None) -> dict[str, float]:
     """The start's dev scores: read from `memo` when another cell wrote them there (the main process reads it
     and every process gets its values), else scored, and written there by the main process. Every cell of a
-    backbone plays the same greedy dev episodes from the same start, so one of them scoring is enough."""
+    backbone plays the same greedy dev episodes from the same start, so one of them scoring is enough. A memo
+    that is not those scores (a damaged cache file) is scored again and rewritten: raising in the main process
+    alone would leave the others waiting in the collective."""
     world = trainer.world
-    known = read_json(memo) if world.is_main and memo is not None and memo.is_file() else {}
+    known = _memo(memo) if world.is_main and memo is not None else {}
     if world.total([float(bool(known))])[0]:
-        return dict(zip(DEV_KEYS, world.total([float(known.get(key, 0.0)) for key in DEV_KEYS])))
+        return dict(zip(DEV_KEYS, world.total([known.get(key, 0.0) for key in DEV_KEYS])))
     scores = score_dev(trainer)
     if world.is_main and memo is not None and scores:
         write_json(memo, scores)
     return scores
+
+
+def _memo(path: Path) -> dict[str, float]:
+    """The scores a cell left at `path`, or {} when there are none there (or it is not them)."""
+    try:
+        known = read_json(path) if path.is_file() else {}
+    except DataError:
+        return {}
+    ok = isinstance(known, dict) and all(
+        isinstance(known.get(key), float) and 0 <= known[key] <= 1 for key in DEV_KEYS
+    )
+    return {key: known[key] for key in DEV_KEYS} if ok else {}
 
 
 def score_dev(trainer: Trainer) -> dict[str, float]:
