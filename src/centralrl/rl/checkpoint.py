@@ -94,7 +94,8 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     written whole, so it was damaged afterwards, and resuming from it would train from wrong weights or fail
     later. Nothing is deleted: the message says what to delete to start the cell over."""
     expected = sorted({a for a in trainer.policy.adapters.values() if a})
-    saved = sorted(p.name for p in (checkpoint / "adapters").iterdir() if p.is_dir())
+    folder = checkpoint / "adapters"
+    saved = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if saved != expected:
         raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
     try:
