@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--keep goes with --refresh-lock")
     dvc_yaml = args.check or args.refresh_lock
     if not dvc_yaml.is_file():
-        parser.error(f"{dvc_yaml}: no such file")
+        parser.error(f"{dvc_yaml}: {'a folder; give its dvc.yaml' if dvc_yaml.is_dir() else 'no such file'}")
     if dvc_yaml.name != "dvc.yaml":  # DVC reads no other name, so no stage would match and the check would pass
         parser.error(f"{dvc_yaml}: DVC reads a pipeline only from a file named dvc.yaml")
     from dvc.exceptions import DvcException
