@@ -73,10 +73,15 @@ def scratch_folder(name: str) -> Path:
     return Path(_temporary_beside(target, tempfile.mkdtemp))
 
 
+def file_in_the_way(folders: Iterable[Path]) -> Path | None:
+    """The first of `folders` that exists but is not a folder (so nothing can be made inside it), or None."""
+    return next((path for path in folders if path.exists() and not path.is_dir()), None)
+
+
 def _prepare(target: Path, folder: bool) -> None:
     """Make `target`'s folder; refuse what stands in the way: a file where a folder above it should be, or a
     folder where the output is a file (and the reverse), before any temporary is made."""
-    blocked = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    blocked = file_in_the_way(target.parents)
     if blocked is not None:
         raise OutputError(f"{target}: cannot be written: {blocked} is a file, not a folder")
     if target.exists() and target.is_dir() != folder:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, TrackingError, is_known
-from centralrl.io import scratch_folder
+from centralrl.io import file_in_the_way, scratch_folder
 from centralrl.processes import tied_to_this_process
 from centralrl.redact import redact
 
@@ -375,9 +375,9 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
 def folder_path(text: str) -> str:
     """A folder from the command line: one that exists, or that can still be made (nothing else in its way, the
     path itself or a folder above it)."""
-    for path in (Path(text), *Path(text).parents):
-        if path.exists() and not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text}: {path} exists and is not a folder")
+    blocked = file_in_the_way([Path(text), *Path(text).parents])
+    if blocked is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {blocked} exists and is not a folder")
     return text
 
 

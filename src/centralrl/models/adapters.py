@@ -143,10 +143,9 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Itera
     folders = (
         sorted(p for p in directory.iterdir() if (p / "adapter_config.json").is_file()) if directory.is_dir() else []
     )
-    if [f.name for f in folders] != sorted(set(expected)):
-        raise DataError(
-            f"{directory}: holds adapters {[f.name for f in folders]}, but the arm trains {sorted(set(expected))}"
-        )
+    found, wanted = [f.name for f in folders], sorted(set(expected))
+    if found != wanted:
+        raise DataError(f"{directory}: holds adapters {found}, but the arm trains {wanted}")
     if not folders:
         return model
     with _wrapping(), _naming(folders[0]):
