@@ -23,6 +23,22 @@ from centralrl.io import TEMP_SUFFIX, atomic_write
 from centralrl.redact import redact
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help shows the script's docstring as written and each option's default (unless none, or a flag's)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        no_default = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if no_default or "%(default)" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring (what it measures, example commands) as the description."""
+    return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
+
+
 def count(text: str, least: int = 1) -> int:
     """argparse type: an integer of at least `least` (1: a count of something that must happen)."""
     try:

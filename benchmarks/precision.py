@@ -13,15 +13,32 @@ runs far slower than in float32.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+import cli
+from cli import check_out, run_main
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    parser.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "precision.json"), help="figures (JSON)"
+    )
+    args = parser.parse_args(argv)
+    return args
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
 import json
 import os
 import platform
-from pathlib import Path
 
 import torch
 
 from centralrl.hardware import compute_dtype, cpu_has_bf16
-from cli import check_out, run_main, write_indented_json
+from cli import write_indented_json
 from rollout import matmul_gflops, timed
 
 DTYPES = ("float32", "bfloat16")
@@ -49,10 +66,7 @@ def measure(threads: int) -> dict:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "precision.json"))
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> None:
     check_out(args.out)
     threads = torch.get_num_threads()
     result = {
@@ -70,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(ARGUMENTS))

@@ -18,6 +18,31 @@ launcher sets, else the CPUs this process may use).
 from __future__ import annotations
 
 import argparse
+import cli
+from cli import check_out, count, run_main
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--params", default="params.yaml", help="params file: its world, retrieval and threads")
+    parser.add_argument(
+        "--passages", type=count, default=100_000, help="synthetic passages (bm25s) and vectors (faiss)"
+    )
+    parser.add_argument("--queries", type=count, default=1_000, help="queries per throughput measurement")
+    parser.add_argument("--repeats", type=count, default=3, help="timings per figure (the fastest is kept)")
+    parser.add_argument("--k", type=count, default=5, help="hits per query (faiss recall of the exact top k)")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic corpus, queries and vectors")
+    parser.add_argument("--skip-bm25s-throughput", action="store_true", help="only the faiss and world parts")
+    parser.add_argument("--out", default="benchmarks/results/retrieval.json", help="figures (JSON)")
+    args = parser.parse_args(argv)
+    if args.k > args.passages:  # faiss's recall of the exact top k would divide by a k it cannot return
+        parser.error(f"--k {args.k} is more than --passages {args.passages}")
+    return args
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
 import json
 import os
 import platform
@@ -50,7 +75,6 @@ from centralrl.retrieval.encoder import Encoder
 from centralrl.retrieval.hybrid import HybridRetriever
 from centralrl.retrieval.recall import recall_table
 from centralrl.schema import Passage
-from cli import check_out, count, run_main
 
 
 def random_corpus(n_passages: int, words_per_passage: int, vocab_size: int, seed: int) -> list[Passage]:
@@ -225,19 +249,7 @@ def world(params: str, args) -> dict:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--passages", type=count, default=100_000)
-    parser.add_argument("--queries", type=count, default=1_000)
-    parser.add_argument("--repeats", type=count, default=3)
-    parser.add_argument("--k", type=count, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip-bm25s-throughput", action="store_true", help="only the faiss and world parts")
-    parser.add_argument("--out", default="benchmarks/results/retrieval.json")
-    args = parser.parse_args()
-    if args.k > args.passages:  # faiss's recall of the exact top k would divide by a k it cannot return
-        parser.error(f"--k {args.k} is more than --passages {args.passages}")
+def main(args: argparse.Namespace) -> None:
     check_out(args.out)
     set_threads(load_config(args.params).threads)
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores"}
@@ -251,4 +263,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(ARGUMENTS))

@@ -6,7 +6,7 @@ issue 12 (--old-vs-new).
     python benchmarks/rollout.py --model models/backbone --index index --questions data/test.jsonl --n 16
     python benchmarks/rollout.py ... --engine vllm          # the same figures with vLLM generating
     python benchmarks/rollout.py ... --compare-engines      # transformers and vLLM, same questions, one process
-    python benchmarks/rollout.py --old-vs-new --model models/main/backbone --questions data/train.jsonl \
+    python benchmarks/rollout.py --old-vs-new --model models/main/backbone --questions data/train.jsonl \\
         --eval-questions data/test.jsonl --steps 4 --threads 1   # -> benchmarks/results/rollout_speed.json
 
 Figures: episodes/s and generated tokens/s of (a) the batched runner, (b) the same runner called with one
@@ -37,6 +37,73 @@ rates are over its own tokens; `*speedup*` keys are new/old ratios.
 from __future__ import annotations
 
 import argparse
+
+import cli
+from cli import check_out, count, run_main
+
+OLD_VS_NEW = {  # the options only --old-vs-new reads, and their defaults
+    "steps": 4,
+    "questions_per_step": 2,
+    "group_size": 4,
+    "eval_questions": "data/test.jsonl",
+    "n_eval": 16,
+    "seed": 0,
+}
+OTHER_MODES = {"n": 16, "engine": "transformers"}  # the options only the runner modes read
+
+
+def with_mode_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse an option the chosen mode would ignore (it was dropped silently); then fill in the defaults."""
+    given = [name for name in (*OLD_VS_NEW, *OTHER_MODES) if getattr(args, name) is not None]
+    ignored = [name for name in given if name in (OTHER_MODES if args.old_vs_new else OLD_VS_NEW)]
+    ignored += ["compare_engines"] if args.old_vs_new and args.compare_engines else []
+    ignored += ["engine"] if args.compare_engines and args.engine is not None else []
+    if ignored:
+        mode = "--old-vs-new" if args.old_vs_new else "--compare-engines" if args.compare_engines else "this mode"
+        options = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
+        parser.error(f"{options}: not read by {mode} (see --help)")
+    for name, default in (OLD_VS_NEW | OTHER_MODES).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--params", default="params.yaml", help="params file (harness, retrieval, models)")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
+    parser.add_argument("--model", default="models/main/backbone", help="model folder (prepare_model's backbone)")
+    parser.add_argument("--index", default="index", help="index folder (build_index)")
+    parser.add_argument("--questions", default="data/test.jsonl", help="questions (JSONL); --old-vs-new samples them")
+    parser.add_argument("--n", type=count, help="questions (taken evenly across the file; default 16)")
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads of this process")
+    parser.add_argument(
+        "--engine",
+        choices=("transformers", "vllm"),
+        help="generation engine of the runner (default transformers; vllm: the gpu extra, a CUDA GPU; "
+        "harness.vllm settings)",
+    )
+    parser.add_argument(
+        "--compare-engines",
+        action="store_true",
+        help="run the batched runner on both engines, same questions, and report their ratio",
+    )
+    parser.add_argument(
+        "--old-vs-new", action="store_true", help="the engine before issue 12 against today's (see above)"
+    )
+    parser.add_argument("--steps", type=count, help="--old-vs-new: rollout batches per engine (default 4)")
+    parser.add_argument("--questions-per-step", type=count, help="--old-vs-new: questions per batch (default 2)")
+    parser.add_argument("--group-size", type=count, help="--old-vs-new: samples per question (default 4)")
+    parser.add_argument("--eval-questions", help="--old-vs-new: greedy questions (default data/test.jsonl)")
+    parser.add_argument("--n-eval", type=count, help="--old-vs-new: greedy questions (taken evenly; default 16)")
+    parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
+    parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
+    return with_mode_defaults(parser, parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
 import functools
 import json
 import os
@@ -63,7 +130,6 @@ from centralrl.models.adapters import acting_as, adapters_of, attach_adapters, r
 from centralrl.retrieval import open_retriever
 from centralrl.schema import read_questions
 from centralrl.seeding import derive_seed
-from cli import check_out, count, run_main
 
 
 def generated_tokens(episodes) -> int:
@@ -435,64 +501,7 @@ def old_vs_new(cfg, args) -> dict:
     return figures
 
 
-OLD_VS_NEW = {  # the options only --old-vs-new reads, and their defaults
-    "steps": 4,
-    "questions_per_step": 2,
-    "group_size": 4,
-    "eval_questions": "data/test.jsonl",
-    "n_eval": 16,
-    "seed": 0,
-}
-OTHER_MODES = {"n": 16, "engine": "transformers"}  # the options only the runner modes read
-
-
-def with_mode_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Refuse an option the chosen mode would ignore (it was dropped silently); then fill in the defaults."""
-    given = [name for name in (*OLD_VS_NEW, *OTHER_MODES) if getattr(args, name) is not None]
-    ignored = [name for name in given if name in (OTHER_MODES if args.old_vs_new else OLD_VS_NEW)]
-    ignored += ["compare_engines"] if args.old_vs_new and args.compare_engines else []
-    ignored += ["engine"] if args.compare_engines and args.engine is not None else []
-    if ignored:
-        mode = "--old-vs-new" if args.old_vs_new else "--compare-engines" if args.compare_engines else "this mode"
-        options = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
-        parser.error(f"{options}: not read by {mode} (see --help)")
-    for name, default in (OLD_VS_NEW | OTHER_MODES).items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-    return args
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
-    parser.add_argument("--model", default="models/main/backbone")
-    parser.add_argument("--index", default="index")
-    parser.add_argument("--questions", default="data/test.jsonl")
-    parser.add_argument("--n", type=count, help="questions (taken evenly across the file; default 16)")
-    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads of this process")
-    parser.add_argument(
-        "--engine",
-        choices=("transformers", "vllm"),
-        help="generation engine of the runner (default transformers; vllm: the gpu extra, a CUDA GPU; "
-        "harness.vllm settings)",
-    )
-    parser.add_argument(
-        "--compare-engines",
-        action="store_true",
-        help="run the batched runner on both engines, same questions, and report their ratio",
-    )
-    parser.add_argument(
-        "--old-vs-new", action="store_true", help="the engine before issue 12 against today's (see above)"
-    )
-    parser.add_argument("--steps", type=count, help="--old-vs-new: rollout batches per engine (default 4)")
-    parser.add_argument("--questions-per-step", type=count, help="--old-vs-new: questions per batch (default 2)")
-    parser.add_argument("--group-size", type=count, help="--old-vs-new: samples per question (default 4)")
-    parser.add_argument("--eval-questions", help="--old-vs-new: greedy questions (default data/test.jsonl)")
-    parser.add_argument("--n-eval", type=count, help="--old-vs-new: greedy questions (taken evenly; default 16)")
-    parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
-    parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
-    args = with_mode_defaults(parser, parser.parse_args())
+def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     out = check_out(args.out or f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json")
 
@@ -535,4 +544,4 @@ def other_modes(cfg, args) -> dict:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(ARGUMENTS))

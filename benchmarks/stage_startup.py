@@ -16,7 +16,6 @@ Times are wall seconds of the whole process, interpreter start and server stop i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.errors import CentralRLError
+import cli
 from cli import check_out, count, run_main, write_indented_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,10 +81,12 @@ def seconds(name: str, code: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
-    parser.add_argument("--rounds", type=count, default=3)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "stage_startup.json"))
+    parser = cli.parser(__doc__)
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"), help="params file the variants load")
+    parser.add_argument("--rounds", type=count, default=3, help="runs of each variant, alternating their order")
+    parser.add_argument(
+        "--out", default=str(ROOT / "benchmarks" / "results" / "stage_startup.json"), help="figures (JSON)"
+    )
     args = parser.parse_args()
     check_out(args.out)
     params = str(Path(args.params).resolve())  # the variants run in ROOT

@@ -1,7 +1,7 @@
 """Which rollout temperature gives GRPO groups signal: the share of informative groups (rewards not all equal)
 and the mean sampled reward per temperature, on the dev split, from the starting checkpoint.
 
-    python benchmarks/temperature.py --model models/main/start --index index --train data/train.jsonl \
+    python benchmarks/temperature.py --model models/main/start --index index --train data/train.jsonl \\
         --temperatures 0.5 0.7 1.0 --questions 16
 
 A group of G sampled episodes with equal rewards has zero advantage everywhere and trains nothing (such steps
@@ -13,6 +13,36 @@ F1 on them is printed beside. Figures go to --out as JSON. Uses the dev split on
 from __future__ import annotations
 
 import argparse
+import cli
+from cli import check_out, count, run_main
+from centralrl.services import positive
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--params", default="params.yaml", help="params file (harness, train.dev, retrieval)")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params")
+    parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
+    parser.add_argument("--index", required=True, help="index folder (build_index)")
+    parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
+    parser.add_argument(
+        "--temperatures",
+        type=positive("a temperature"),
+        nargs="+",
+        default=[0.5, 0.7, 1.0],
+        help="sampling temperatures compared",
+    )
+    parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
+    parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
+    parser.add_argument("--out", default="benchmarks/results/temperature.json", help="figures (JSON)")
+    args = parser.parse_args(argv)
+    return args
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
 import dataclasses
 
 import torch
@@ -26,8 +56,6 @@ from centralrl.rl.dev import split_dev
 from centralrl.rl.grpo import groups_with_signal
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions
-from centralrl.services import positive
-from cli import check_out, count, run_main
 
 
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
@@ -41,19 +69,7 @@ def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dic
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--backbone", default="main")
-    parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
-    parser.add_argument("--index", required=True)
-    parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
-    parser.add_argument("--temperatures", type=positive("a temperature"), nargs="+", default=[0.5, 0.7, 1.0])
-    parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
-    parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
-    parser.add_argument("--threads", type=count, default=1)
-    parser.add_argument("--out", default="benchmarks/results/temperature.json")
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> None:
     check_out(args.out)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
@@ -91,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(ARGUMENTS))

@@ -35,6 +35,40 @@ Writes every figure to --out as JSON; keys named `*speedup*` are old / new.
 from __future__ import annotations
 
 import argparse
+import cli
+from cli import check_out, count, count_or_zero, counts, run_main
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--params", default="params.yaml", help="params file (train.grpo, warmstart, harness)")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
+    parser.add_argument("--model", default="models/main/backbone", help="model folder (prepare_model's backbone)")
+    parser.add_argument("--index", default="index", help="index folder (build_index)")
+    parser.add_argument("--questions", default="data/train.jsonl", help="training questions (JSONL) to roll out")
+    parser.add_argument("--seed", type=int, default=0, help="rollout questions, LoRA init and sampling")
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
+    parser.add_argument("--rounds", type=count, default=2, help="runs of each path, interleaved")
+    parser.add_argument(
+        "--micro-batches",
+        type=counts,
+        default=[1, 2, 4, 8],
+        help="also run the new path at these sequences per forward",
+    )
+    parser.add_argument(
+        "--forward-tokens",
+        type=counts,
+        default=[],
+        help="also run the new update and warm start with these padded positions per forward (peak memory)",
+    )
+    parser.add_argument("--warmstart-steps", type=count_or_zero, default=4, help="0 skips the warm-start section")
+    parser.add_argument("--out", default="benchmarks/results/update.json", help="figures (JSON)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
 import contextlib
 import ctypes
 import gc
@@ -59,7 +93,6 @@ from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
-from cli import check_out, count, count_or_zero, counts, run_main
 
 OLD_MICRO_BATCH = 8  # train.grpo.micro_batch_size before issue 12
 
@@ -288,26 +321,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
-    parser.add_argument("--model", default="models/main/backbone")
-    parser.add_argument("--index", default="index")
-    parser.add_argument("--questions", default="data/train.jsonl")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
-    parser.add_argument("--rounds", type=count, default=2, help="runs of each path, interleaved")
-    parser.add_argument("--micro-batches", type=counts, default=[1, 2, 4, 8])
-    parser.add_argument(
-        "--forward-tokens",
-        type=counts,
-        default=[],
-        help="also run the new update and warm start with these padded positions per forward (peak memory)",
-    )
-    parser.add_argument("--warmstart-steps", type=count_or_zero, default=4, help="0 skips the warm-start section")
-    parser.add_argument("--out", default="benchmarks/results/update.json")
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> None:
     check_out(args.out)
 
     torch.set_num_threads(args.threads)
@@ -348,4 +362,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(ARGUMENTS))
