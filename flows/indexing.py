@@ -18,7 +18,15 @@ from centralrl.errors import DataError, ServiceUnavailable
 from centralrl.io import atomic_directory, write_json
 from centralrl.retrieval import Retriever, build_retrievers, save_index
 from centralrl.retrieval.recall import check_ks, recall_table
-from centralrl.schema import Passage, Question, check_supporting_ids, read_passages, read_questions
+from centralrl.schema import (
+    Passage,
+    Question,
+    check_supporting_ids,
+    passage_problems,
+    read_passages,
+    read_questions,
+    refuse_rows,
+)
 
 
 def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
@@ -74,13 +82,15 @@ def report(
 def indexing_flow(
     params_path: str, corpus_path: str, question_files: list[str], index_dir: str, metrics_path: str
 ) -> dict:
-    cfg = load_config(params_path).retrieval
+    config = load_config(params_path)
+    cfg = config.retrieval
     questions = {}  # read and checked before the build, which can take hours
     for path in question_files:
         questions[Path(path).stem] = read_questions(path)
         if not questions[Path(path).stem]:
             raise DataError(f"{path}: no questions to measure recall on")
     passages = load_corpus(corpus_path)
+    refuse_rows(passage_problems(passages, config.data.max_passage_chars), corpus_path)  # a hand-made corpus too
     check_ks(cfg.recall_ks, len(passages), corpus_path)
     for path in question_files:
         check_supporting_ids(questions[Path(path).stem], passages, f"{path} (corpus {corpus_path})")

@@ -102,6 +102,22 @@ def test_build_index_flow_reports_recall_for_every_benchmark(prefect_server, smo
             )
         assert not (tmp_path / "index2").exists()  # refused before the build
 
+    corpus = data["corpus"].read_text()  # a corpus made by hand skips prepare_data's checks: build_index has them
+    for name, text, message in [
+        ("blank.jsonl", "   ", r"blank\.jsonl: 1 row\(s\) refused: passage p-new \('New'\) has no text"),
+        ("long.jsonl", "w" * 20_001, r"long\.jsonl: 1 row\(s\) refused: passage p-new \('New'\) has 20001 characters"),
+    ]:
+        (tmp_path / name).write_text(corpus + json.dumps({"id": "p-new", "title": "New", "text": text}) + "\n")
+        with pytest.raises(DataError, match=message):
+            build_index.main(
+                [
+                    *("--params", str(smoke_params), "--corpus", str(tmp_path / name)),
+                    *("--questions", str(data["test"]), "--index", str(tmp_path / "index2")),
+                    *("--metrics", str(tmp_path / "r2.json")),
+                ]
+            )
+        assert not (tmp_path / "index2").exists()
+
 
 # Credentials a user's shell may hold while the pipeline runs; none may reach an output, the store or the log.
 SECRETS = {

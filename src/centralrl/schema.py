@@ -34,6 +34,27 @@ def passage_id(title: str, text: str) -> str:
     return f"p-{digest[:16]}"
 
 
+def passage_problems(passages: Iterable[Passage], max_chars: int) -> list[str]:
+    """What makes each unusable passage so: no text (a retriever would hand a role its title alone), or more than
+    `max_chars` characters (`data.max_passage_chars`)."""
+    problems = []
+    for p in passages:
+        if not p.text.strip():
+            problems.append(f"passage {p.id} ({p.title!r}) has no text: a retriever would hand a role its title alone")
+        elif len(p.text) > max_chars:
+            problems.append(
+                f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars {max_chars}"
+            )
+    return problems
+
+
+def refuse_rows(problems: list[str], origin: str, limit: int = 5) -> None:
+    """Raise one DataError naming `origin` (a file), how many rows it refuses and the first `limit` reasons."""
+    if problems:
+        more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
+        raise DataError(f"{origin}: {len(problems)} row(s) refused: {'; '.join(problems[:limit])}{more}")
+
+
 def _require(row: dict, key: str, kind: type, where: str) -> Any:
     """Return row[key] if present and of `kind`, else raise DataError naming the field and the row."""
     if key not in row:

@@ -22,7 +22,15 @@ from pathlib import Path
 from centralrl.config import CorpusSource, DataConfig, QuestionSource
 from centralrl.errors import ConfigError, DataError
 from centralrl.metrics import normalize_answer
-from centralrl.schema import SPLITS, Passage, Question, check_supporting_ids, examples
+from centralrl.schema import (
+    SPLITS,
+    Passage,
+    Question,
+    check_supporting_ids,
+    examples,
+    passage_problems,
+    refuse_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -82,11 +90,6 @@ def drop_overlap(questions: list[Question]) -> tuple[list[Question], int]:
     return [q for q in questions if not (q.split == "train" and q.id in copies)], len(copies)
 
 
-def _listing(problems: list[str], limit: int = 5) -> str:
-    more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
-    return "; ".join(problems[:limit]) + more
-
-
 def check_bounds(questions: list[Question], passages: list[Passage], data: DataConfig, origin: str) -> None:
     """Refuse, naming each row and `origin` (its file), an over-long question or passage, a passage without
     text and a golden answer that normalizes to the empty string."""
@@ -103,19 +106,7 @@ def check_bounds(questions: list[Question], passages: list[Passage], data: DataC
         for answer in q.golden_answers
         if not normalize_answer(answer)
     ]
-    problems += [
-        f"passage {p.id} ({p.title!r}) has no text: a retriever would hand a role its title alone"
-        for p in passages
-        if not p.text
-    ]
-    problems += [
-        f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars "
-        f"{data.max_passage_chars}"
-        for p in passages
-        if len(p.text) > data.max_passage_chars
-    ]
-    if problems:
-        raise DataError(f"{origin}: {len(problems)} row(s) refused: {_listing(problems)}")
+    refuse_rows(problems + passage_problems(passages, data.max_passage_chars), origin)
 
 
 def drop_empty_answers(questions: list[Question]) -> tuple[list[Question], int]:
