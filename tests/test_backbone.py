@@ -140,6 +140,10 @@ def test_a_backbone_with_corrupt_weights_or_config_is_named(tiny_backbone, tmp_p
     (config / "config.json").write_text(json.dumps(fields))
     with pytest.raises(BackboneError, match="typo: not a loadable backbone"):
         load_backbone(config)
+    tokenizer = shutil.copytree(tiny_backbone, tmp_path / "tok")  # transformers' error named a line, not the file
+    (tokenizer / "tokenizer.json").write_bytes((tokenizer / "tokenizer.json").read_bytes()[:5000])
+    with pytest.raises(BackboneError, match=r"tok: not a loadable backbone \(tokenizer\.json is not valid JSON: "):
+        load_backbone(tokenizer)
 
 
 def test_load_backbone_refuses_a_folder_that_is_not_a_backbone(tmp_path):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,12 +106,23 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype(dtype), local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     except (OSError, ValueError, KeyError, SafetensorError, StrictDataclassError) as error:
-        raise BackboneError(f"{model_dir}: not a loadable backbone ({error})") from error
+        raise BackboneError(f"{model_dir}: not a loadable backbone ({_damaged_json(model_dir) or error})") from error
     _require_chat_template(tokenizer, str(model_dir))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.eval(), tokenizer
+
+
+def _damaged_json(model_dir: Path) -> str | None:
+    """The first JSON file of `model_dir` that does not parse, with the parser's complaint: transformers' own
+    error says where in a file, not which file (config.json, tokenizer.json, ...)."""
+    for path in sorted(model_dir.glob("*.json")):
+        try:
+            json.loads(path.read_bytes())
+        except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+            return f"{path.name} is not valid JSON: {error}"
+    return None
 
 
 def _require_chat_template(tokenizer: PreTrainedTokenizerBase, where: str) -> None:
