@@ -228,3 +228,14 @@ def read_only_folder(tmp_path):
     if os.geteuid() == 0:
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     folder.chmod(0o755)
+
+
+def poison_adapter(folder: Path) -> None:
+    """Write NaN over the first LoRA tensor of the adapter saved in `folder` (a damaged or diverged adapter)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / "adapter_model.safetensors"
+    tensors = load_file(weights)
+    first = min(name for name in tensors if "lora_" in name)
+    save_file(tensors | {first: torch.full_like(tensors[first], float("nan"))}, weights)

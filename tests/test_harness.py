@@ -194,6 +194,7 @@ def test_an_adapter_folder_that_is_not_the_arms_or_is_damaged_is_named(tiny_back
     """An empty budget folder was evaluated as the untrained start, another arm's adapters as this arm's, and a
     truncated adapter was a safetensors traceback."""
     from centralrl.errors import BackboneError, DataError
+    from conftest import poison_adapter
 
     model, _, _ = _perturbed_policy(tiny_backbone)
     save_adapters(model, tmp_path / "cut")
@@ -208,6 +209,10 @@ def test_an_adapter_folder_that_is_not_the_arms_or_is_damaged_is_named(tiny_back
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(BackboneError, match=r"cut/central: not a LoRA adapter this model can load"):
         load_adapters(load_backbone(tiny_backbone)[0], tmp_path / "cut", ["central"])
+    save_adapters(model, tmp_path / "nan")  # a NaN adapter was evaluated: every answer garbage, its KL NaN
+    poison_adapter(tmp_path / "nan" / "central")
+    with pytest.raises(BackboneError, match=r"nan/central: .*lora_.* non-finite \(NaN or infinite\)"):
+        load_adapters(load_backbone(tiny_backbone)[0], tmp_path / "nan", ["central"])
 
 
 def test_wrapping_a_backbone_in_adapters_prints_no_deprecation_warning(tiny_backbone, tmp_path):

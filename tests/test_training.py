@@ -303,6 +303,7 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
     from centralrl.distributed import World
     from centralrl.errors import DataError
     from centralrl.rl.run import build_trainer
+    from conftest import poison_adapter
 
     folder, params, data = smoke_run
     (saved,) = central_only_run["state"].glob("step-*")
@@ -311,6 +312,7 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),
         "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
         "history": (lambda s: (s / "history.jsonl").write_text('{"step": 1}\n'), "history.jsonl:1 has no skipped"),
+        "nan": (lambda s: poison_adapter(s / "adapters" / "central"), r"adapter central: .*lora_.* non-finite"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
     for name, (damage, says) in damages.items():

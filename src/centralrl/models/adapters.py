@@ -153,7 +153,18 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Itera
     for folder in folders[1:]:
         with _naming(folder):
             peft_model.load_adapter(str(folder), adapter_name=folder.name)
+    for folder in folders:
+        bad = non_finite_weights(peft_model, folder.name)
+        if bad:
+            raise BackboneError(f"{folder}: {bad} non-finite (NaN or infinite): a damaged or diverged adapter")
     return peft_model
+
+
+def non_finite_weights(model: PeftModel, adapter: str) -> str:
+    """'' when every weight of `adapter` is finite, else the first tensor that is not and how many more: such an
+    adapter's every output is garbage and its movement and KL NaN."""
+    bad = [name for name, p in model.named_parameters() if f".{adapter}." in name and not torch.isfinite(p).all()]
+    return f"{bad[0]}{f' and {len(bad) - 1} more tensors' if len(bad) > 1 else ''}" if bad else ""
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
-from centralrl.models.adapters import save_adapters
+from centralrl.models.adapters import non_finite_weights, save_adapters
 from centralrl.rl.trainer import Trainer
 
 
@@ -102,6 +102,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
         progress = _restored(trainer, checkpoint)
     except UNREADABLE as error:
         raise _damaged(checkpoint, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+    for adapter in expected:
+        bad = non_finite_weights(trainer.policy.model, adapter)
+        if bad:
+            raise _damaged(checkpoint, f"adapter {adapter}: {bad} non-finite")
     for number, row in enumerate(progress.history, start=1):
         missing = [key for key in HISTORY_KEYS if key not in row]
         if missing:
