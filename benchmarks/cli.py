@@ -39,6 +39,19 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
 
 
+def harness_arguments(parser: argparse.ArgumentParser, start: bool) -> None:
+    """--params, --backbone, --model and --index, as the benchmarks that run the harness read them. `start`: the
+    model is the starting checkpoint, named on the command line (else the prepared backbone, by default)."""
+    parser.add_argument("--params", default="params.yaml", help="params file")
+    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
+    if start:
+        parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
+        parser.add_argument("--index", required=True, help="index folder (build_index)")
+    else:
+        parser.add_argument("--model", default="models/main/backbone", help="model folder (prepare_model's backbone)")
+        parser.add_argument("--index", default="index", help="index folder (build_index)")
+
+
 def count(text: str, least: int = 1) -> int:
     """argparse type: an integer of at least `least` (1: a count of something that must happen)."""
     try:

@@ -70,10 +70,7 @@ def with_mode_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = cli.parser(__doc__)
-    parser.add_argument("--params", default="params.yaml", help="params file (harness, retrieval, models)")
-    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
-    parser.add_argument("--model", default="models/main/backbone", help="model folder (prepare_model's backbone)")
-    parser.add_argument("--index", default="index", help="index folder (build_index)")
+    cli.harness_arguments(parser, start=False)
     parser.add_argument("--questions", default="data/test.jsonl", help="questions (JSONL); --old-vs-new samples them")
     parser.add_argument("--n", type=count, help="questions (taken evenly across the file; default 16)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads of this process")

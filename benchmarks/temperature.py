@@ -20,10 +20,7 @@ from centralrl.services import positive
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = cli.parser(__doc__)
-    parser.add_argument("--params", default="params.yaml", help="params file (harness, train.dev, retrieval)")
-    parser.add_argument("--backbone", default="main", help="a key of `models` in params")
-    parser.add_argument("--model", required=True, help="the starting checkpoint (models/<backbone>/start)")
-    parser.add_argument("--index", required=True, help="index folder (build_index)")
+    cli.harness_arguments(parser, start=True)
     parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
     parser.add_argument(
         "--temperatures",

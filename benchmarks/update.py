@@ -41,10 +41,7 @@ from cli import check_out, count, count_or_zero, counts, run_main
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = cli.parser(__doc__)
-    parser.add_argument("--params", default="params.yaml", help="params file (train.grpo, warmstart, harness)")
-    parser.add_argument("--backbone", default="main", help="a key of `models` in params (its dtype)")
-    parser.add_argument("--model", default="models/main/backbone", help="model folder (prepare_model's backbone)")
-    parser.add_argument("--index", default="index", help="index folder (build_index)")
+    cli.harness_arguments(parser, start=False)
     parser.add_argument("--questions", default="data/train.jsonl", help="training questions (JSONL) to roll out")
     parser.add_argument("--seed", type=int, default=0, help="rollout questions, LoRA init and sampling")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")

@@ -1,0 +1,65 @@
+"""benchmarks/headroom.py swaps perfect roles into the real harness: a tiny random Qwen2 for the start's roles,
+the smoke world's questions and its bm25s index."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from centralrl.harness.engine import RolePolicy
+from centralrl.harness.episodes import run_central
+from centralrl.metrics import f1
+from centralrl.rl.warmstart import delegated_hops, evidence_note
+from conftest import REPO
+from test_harness import FROZEN, settings
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import headroom  # noqa: E402 (a script of benchmarks/, found through the path above)
+
+
+@pytest.fixture(scope="module")
+def world(tiny_backbone, smoke_world):
+    from centralrl.models.backbone import load_backbone
+
+    model, tokenizer = load_backbone(tiny_backbone)
+    two_hop = [q for q in smoke_world[0] if q.benchmark == "synth-2hop" and q.split == "test"][:3]
+    one_hop = [q for q in smoke_world[0] if q.benchmark == "synth-1hop" and q.split == "test"][:3]
+    return RolePolicy(model, tokenizer, FROZEN), one_hop + two_hop, smoke_world[2]
+
+
+def play(world, perfect):
+    policy, questions, index = world
+    return run_central(
+        questions, headroom.PerfectRoles(policy, questions, index, perfect, settings()), index, settings()
+    )
+
+
+def test_a_perfect_central_agent_asks_each_gold_hop_in_turn_and_the_start_answers_it(world):
+    for episode in play(world, ["central"]):
+        hops = [sub for sub, _ in delegated_hops(episode.question)]
+        assert [asked for asked, _ in episode.notes] == hops  # one and two hops fit settings()'s two turns
+        concludes = len(hops) < settings().max_turns  # else the harness forces the conclusion after the last turn
+        roles = ["central", "retrieval"] * len(hops) + ["central"] * concludes + ["conclusion"]
+        assert [c.role for c in episode.calls] == roles and episode.concluded == concludes
+        written = [c for c in episode.calls if c.role != "central"]
+        assert all(c.logprobs and any(c.logprobs) for c in written)  # the tiny model's own generations
+
+
+def test_a_perfect_reader_writes_the_evidence_note_of_what_was_retrieved(world):
+    _, _, index = world
+    for episode in play(world, ["central", "retrieval"]):
+        for (asked, note), (_, hop) in zip(episode.notes, delegated_hops(episode.question)):
+            hits = index.search([asked], settings().top_k)[0]
+            assert note == (evidence_note(hop, hits, settings().passage_chars) or headroom.NOTHING_FOUND)
+
+
+def test_all_three_perfect_answer_every_question_and_the_start_does_not(world):
+    perfect = play(world, ["central", "retrieval", "conclusion"])
+    assert [f1(e.prediction, e.question.golden_answers) for e in perfect] == [1.0] * 6
+    start = play(world, [])
+    assert sum(f1(e.prediction, e.question.golden_answers) for e in start) < 1.0  # a random model
+    assert headroom.scores(perfect)["f1"] == 1.0 and set(headroom.scores(perfect)["f1_by_benchmark"]) == {
+        "synth-1hop",
+        "synth-2hop",
+    }
