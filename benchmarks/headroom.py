@@ -15,6 +15,8 @@ split), with some roles replaced by the oracle the warm start learns from (`cent
 - `central+reader`: both perfect, so what is still lost is the conclusion agent's;
 - `oracle`: all three perfect (F1 1 on every question: a check of the swapping itself).
 
+Dev questions without a decomposition (real benchmarks other than MuSiQue) have no oracle and are left out (counted).
+
 Figures per variant: dev F1 and EM (mean over questions, and per benchmark), the share of episodes whose notes hold
 a golden answer, and each episode's sub-questions, notes and answer. `headroom` holds each variant's F1 minus the
 start's.
@@ -51,6 +53,7 @@ from centralrl.config import load_config
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.episodes import Episode, run_central
 from centralrl.harness.protocol import PREFILL, as_data, parse_central
+from centralrl.errors import DataError
 from centralrl.io import write_json
 from centralrl.metrics import em, f1, normalize_answer
 from centralrl.retrieval import open_retriever
@@ -165,9 +168,17 @@ def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
+    usable = [q for q in dev if delegated_hops(q)]  # the oracle asks a decomposition's hops
+    if not usable:
+        raise DataError(
+            f"{args.train}: none of the {len(dev)} dev questions has a decomposition for the oracle to ask; only "
+            "the synthetic world and MuSiQue provide one"
+        )
     retriever = open_retriever(cfg.retrieval, args.index)
     policy = trained_policy(cfg, args.backbone, args.model, None)
-    figures = {"params": args.params, "model": args.model, "dev_questions": len(dev)}
+    figures = {"params": args.params, "model": args.model, "dev_questions": len(usable)}
+    figures["dev_questions_left_out"] = len(dev) - len(usable)  # without a decomposition
+    dev = usable
     figures |= measure(cfg, policy, retriever, dev)
     print(json.dumps(figures["headroom"], indent=2))
     write_json(out, figures)

@@ -56,13 +56,32 @@ from centralrl.schema import read_questions
 
 
 def measure(cfg, policy, retriever, questions, settings, group_size: int) -> dict:
+    """Informative share of the groups and mean reward, over all `questions` and per benchmark (where the signal
+    is: a benchmark the start always or never answers gives groups of equal rewards), and tokens generated."""
     episodes = TOPOLOGIES["central"]([q for q in questions for _ in range(group_size)], policy, retriever, settings)
     rewards = torch.tensor(episode_rewards(episodes, cfg)).view(-1, group_size)
     informative = groups_with_signal(rewards)
-    return {
-        "informative_share": round(float(informative.float().mean()), 4),
-        "reward_mean": round(float(rewards.mean()), 4),
+    benchmarks = [q.benchmark for q in questions]
+
+    def shares(mine: list[bool]) -> dict:
+        return {
+            "informative_share": round(float(informative[mine].float().mean()), 4),
+            "reward_mean": round(float(rewards[mine].mean()), 4),
+        }
+
+    return shares([True] * len(questions)) | {
+        "by_benchmark": {b: shares([q == b for q in benchmarks]) for b in sorted(set(benchmarks))},
         "generated_tokens": sum(len(c.completion_ids) for e in episodes for c in e.calls),
+    }
+
+
+def averaged(runs: list[dict]) -> dict:
+    """The mean of each figure over runs (nested dicts figure by figure)."""
+    return {
+        k: averaged([r[k] for r in runs])
+        if isinstance(runs[0][k], dict)
+        else round(sum(r[k] for r in runs) / len(runs), 4)
+        for k in runs[0]
     }
 
 
@@ -84,6 +103,7 @@ def main(args: argparse.Namespace) -> None:
         "dev_questions": len(dev),
         "group_size": cfg.train.grpo.group_size,
         "greedy_f1": greedy["reward_mean"],
+        "greedy_f1_by_benchmark": {b: f["reward_mean"] for b, f in greedy["by_benchmark"].items()},
     }
     for temperature in args.temperatures:
         runs = [
@@ -97,7 +117,7 @@ def main(args: argparse.Namespace) -> None:
             )
             for seed in range(args.seeds)
         ]
-        figures[f"t{temperature}"] = {k: round(sum(r[k] for r in runs) / len(runs), 4) for k in runs[0]}
+        figures[f"t{temperature}"] = averaged(runs)
         print(f"temperature {temperature}: {figures[f't{temperature}']}", flush=True)
     print(figures)
     write_json(args.out, figures)

@@ -1,5 +1,6 @@
-"""benchmarks/headroom.py swaps perfect roles into the real harness: a tiny random Qwen2 for the start's roles,
-the smoke world's questions and its bm25s index."""
+"""The diagnostic benchmarks on the smoke world's questions and bm25s index: headroom.py swaps perfect roles into
+the real harness (a tiny random Qwen2 plays the start's roles); temperature.py finds which benchmarks' groups give
+GRPO a signal."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ import sys
 
 import pytest
 
+from centralrl.config import Config
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import run_central
 from centralrl.metrics import f1
 from centralrl.rl.warmstart import delegated_hops, evidence_note
 from conftest import REPO
-from test_harness import FROZEN, settings
+from test_harness import FROZEN, ScriptedPolicy, settings
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import headroom  # noqa: E402 (a script of benchmarks/, found through the path above)
+import headroom  # noqa: E402 (scripts of benchmarks/, found through the path above)
+import temperature  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +66,23 @@ def test_all_three_perfect_answer_every_question_and_the_start_does_not(world):
         "synth-1hop",
         "synth-2hop",
     }
+
+
+def test_informative_groups_are_counted_per_benchmark(world):
+    """Groups of 4: every other sample of a 1-hop question is answered right, every 2-hop one wrong, so the 1-hop
+    groups all carry a signal and the 2-hop ones none."""
+    policy, questions, index = world
+    answers = iter(range(10**6))
+
+    def conclusion(prompt: str) -> str:
+        (question,) = [q for q in questions if q.question in prompt]
+        right = question.benchmark == "synth-1hop" and next(answers) % 2 == 0
+        return f"{question.golden_answers[0] if right else 'nobody'}</answer>"
+
+    script = {"central": lambda prompt: "x</think><conclude></conclude>", "conclusion": conclusion}
+    figures = temperature.measure(Config(), ScriptedPolicy(policy.tokenizer, script), index, questions, settings(), 4)
+    assert figures["by_benchmark"] == {
+        "synth-1hop": {"informative_share": 1.0, "reward_mean": 0.5},
+        "synth-2hop": {"informative_share": 0.0, "reward_mean": 0.0},
+    }
+    assert (figures["informative_share"], figures["reward_mean"]) == (0.5, 0.25)
