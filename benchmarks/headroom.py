@@ -50,10 +50,10 @@ import torch
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.config import load_config
+from centralrl.errors import DataError
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.episodes import Episode, run_central
 from centralrl.harness.protocol import PREFILL, as_data, parse_central
-from centralrl.errors import DataError
 from centralrl.io import write_json
 from centralrl.metrics import em, f1, normalize_answer
 from centralrl.retrieval import open_retriever
