@@ -81,16 +81,18 @@ class PerfectRoles:
         return getattr(self.policy, name)
 
     def generate(self, role: str, prompts, max_new_tokens: int, greedy: bool, temperature=1.0, seed=0):
-        texts = [self.policy.tokenizer.decode(p) for p in prompts]
+        records = (
+            role == "central" and "retrieval" in self.perfect
+        )  # the perfect reader needs each sub-question's asker
+        texts = [self.policy.tokenizer.decode(p) for p in prompts] if role in self.perfect or records else []
         if role in self.perfect:
             generations = [self._written(p, getattr(self, f"_{role}")(text)) for p, text in zip(prompts, texts)]
         else:
             generations = self.policy.generate(role, prompts, max_new_tokens, greedy, temperature, seed)
-        if role == "central":
-            for text, generation in zip(texts, generations):
-                action = parse_central(PREFILL["central"] + generation.text)
-                if action.kind == "delegate":
-                    self.asked[as_data(action.text)] = (self._question(text), action.text)
+        for text, generation in zip(texts, generations) if records else ():
+            action = parse_central(PREFILL["central"] + generation.text)
+            if action.kind == "delegate":
+                self.asked[as_data(action.text)] = (self._question(text), action.text)
         return generations
 
     def _question(self, prompt: str) -> Question:
