@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -159,7 +160,8 @@ def test_stream_returns_the_exit_code_and_last_lines(tmp_path):
 # ---- services: start-up errors -----------------------------------------------------------------------------
 
 
-def test_a_taken_port_is_named_before_anything_starts(capsys):
+def test_a_taken_port_is_named_before_anything_starts(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a log folder would be made
     with socket.socket() as holder:
         holder.bind((services.HOST, 0))
         holder.listen()
@@ -167,6 +169,7 @@ def test_a_taken_port_is_named_before_anything_starts(capsys):
         code = services.main(["ui", "--prefect-port", str(services.free_port()), "--mlflow-port", str(port)])
     assert code == 1
     assert f"MLflow: port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no empty log folder left behind
 
 
 def test_a_server_that_dies_during_start_up_is_named_with_its_log(tmp_path):

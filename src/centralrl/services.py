@@ -314,12 +314,12 @@ def ui(
         sig: signal.signal(sig, handler)
         for sig, handler in ((signal.SIGTERM, _raise_shutdown), (signal.SIGINT, signal.default_int_handler))
     }
-    log_dir = log_dir or tempfile.mkdtemp(prefix="centralrl-services-")
-    Path(log_dir).mkdir(parents=True, exist_ok=True)
     started: list[Service] = []
     try:
         check_port_free(prefect_port, "Prefect")
         check_port_free(mlflow_port, "MLflow")
+        log_dir = log_dir or tempfile.mkdtemp(prefix="centralrl-services-")  # made only once something will log
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
         started.append(start_prefect(prefect_port, prefect_home, log_dir))
         started.append(start_mlflow(mlflow_port, store_uri, artifacts, log_dir))
         for service in started:
