@@ -32,6 +32,7 @@ if "PYTEST_XDIST_WORKER" in os.environ:  # each worker its own database (workers
 elif "PREFECT_HOME" not in os.environ:  # the cores, and two threads each made decoding several times slower here
     os.environ["PREFECT_HOME"] = _private_prefect_home()
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DVC_NO_ANALYTICS"] = "1"  # the tests' fresh DVC repositories: each dvc call left a report file in /tmp
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
@@ -142,13 +143,13 @@ def tiny_backbone(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smoke_world():
+def smoke_world(tmp_path_factory):
     """The smoke profile's synthetic world and a bm25s index over it."""
     from centralrl.config import load_config
     from centralrl.data.synthetic import generate
     from centralrl.retrieval.bm25 import Bm25sIndex
 
-    folder = Path(tempfile.mkdtemp(prefix="centralrl-world-"))
+    folder = tmp_path_factory.mktemp("world")  # pytest's: removed with old test sessions, not left in /tmp
     cfg = load_config(write_params(folder))
     questions, passages = generate(cfg.data.synthetic)
     return questions, passages, Bm25sIndex.build(passages, cfg.retrieval.k1, cfg.retrieval.b, cfg.retrieval.stemming)

@@ -1,4 +1,5 @@
-"""Steps without signal do not move the policy; steps with some move only trainable adapters; collapse guards."""
+"""Steps without signal do not move the policy; steps with some move only trainable adapters; several updates per
+rollout batch; collapse guards."""
 
 from __future__ import annotations
 
@@ -82,6 +83,27 @@ def test_the_informative_groups_own_episodes_are_trained_with_their_own_advantag
     assert samples == training_samples(episodes[4:], advantages)
     assert sorted({s.advantage for s in samples}) == sorted(set(advantages))  # every episode's own advantage
     assert {s.ids for s in samples}.isdisjoint({s.ids for s in training_samples(episodes[:4], [1.0] * 4)})
+
+
+def test_several_updates_per_rollout_step_the_optimizer_each_time_and_the_clip_bounds_the_later_ones(
+    tiny_backbone, tmp_path
+):
+    """mu = 3 on the same episodes as mu = 1: three optimizer steps and one schedule step, three updates' FLOPs;
+    the first pass's ratio is 1 up to the sampling precision's gap, the later passes' moves, so the clip acts more."""
+    runs = {}
+    for mu in (1, 3):
+        trainer = _trainer(tiny_backbone, tmp_path / str(mu), ["conclusion"], {"updates_per_rollout": mu})
+        episodes = trainer.rollout()
+        runs[mu] = (trainer, episodes, trainer.learn(episodes, SIGNAL))
+    (once, episodes_once, one), (thrice, episodes_thrice, three) = runs[1], runs[3]
+    assert [e.prediction for e in episodes_once] == [e.prediction for e in episodes_thrice]  # the same batch
+    assert [s["step"] for s in thrice.optimizer.state.values()] == [3.0] * len(thrice.parameters)
+    assert [s["step"] for s in once.optimizer.state.values()] == [1.0] * len(once.parameters)
+    assert thrice.scheduler.last_epoch == once.scheduler.last_epoch == 1
+    assert three["flops.update"] == 3 * one["flops.update"] > 0
+    assert three["trained_tokens.conclusion"] == one["trained_tokens.conclusion"]  # generated once, trained thrice
+    assert one["clip_fraction"] < three["clip_fraction"]
+    assert _moved(_weights(once), thrice)  # three steps end elsewhere than one
 
 
 def test_spending_counts_optimizer_steps_not_skipped_ones():

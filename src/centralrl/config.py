@@ -537,6 +537,13 @@ class GrpoConfig(Section):
         "variance, roll out questions_per_step new questions more, at most this many times; every draw's rollout "
         "counts in the step's spending; 0: never",
     )
+    updates_per_rollout: int = Field(
+        1,
+        ge=1,
+        description="optimizer steps on each rollout batch (mu in DeepSeekMath's GRPO; TRL num_iterations, verl "
+        "ppo_epochs): beyond the first, the clipped ratio to the rollout's recorded log-probs bounds how far the "
+        "policy moves; each costs another update, counted in the step's FLOPs",
+    )
     learning_rate: float = Field(3e-4, gt=0)
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: int = Field(0, ge=0)

@@ -228,9 +228,10 @@ def grpo_loss(
     mean ratio over trained tokens of this micro-batch (0, 0, 1 when it has none). `ref_logp=None` is allowed
     only with kl_coef == 0 (no reference forward needed); "kl" is then reported as 0.
 
-    With one update per rollout (ppo_epochs = 1) old_logp is the rollout's recorded log-probs: the ratio is 1 up to
-    the gap between the sampling engine's numerics (bf16, merged weights, other kernels) and the update's, and the
-    clip bounds how far that gap moves the gradient. With old_logp = logp.detach() the ratio is exactly 1 and the
+    old_logp is the rollout's recorded log-probs. In the first update of a rollout batch the ratio is 1 up to the
+    gap between the sampling engine's numerics (bf16, merged weights, other kernels) and the update's, and the
+    clip bounds how far that gap moves the gradient; in later ones (`updates_per_rollout` > 1) it also bounds how
+    far the earlier updates moved the policy. With old_logp = logp.detach() the ratio is exactly 1 and the
     gradient of the token-mode loss w.r.t. logp is -A / N on trained tokens. Masked positions are set to logp =
     old_logp = ref_logp = 0 (ratio 1, KL 0) before any exp, so their gradient is exactly 0 whatever values they held.
     """

@@ -15,9 +15,11 @@ dilute the token mean. A step with no informative group in any process skips the
 schedule (Adam's momentum would otherwise move weights on a zero gradient): it is logged as skipped with its
 rollout cost, and trains no tokens. Its draws still advance with the step, so the next step samples anew.
 
-Departures from DeepSeekMath's GRPO: one update per rollout batch (mu = 1, TRL's default): the old policy's
-log-probs are the ones the rollout recorded, so the ratio is 1 up to the numerical gap between the sampling
-engine (bf16, merged weights) and the update, and the clip bounds that gap (clip_fraction logs how often);
+Departures from DeepSeekMath's GRPO: one update per rollout batch by default (`updates_per_rollout`, its mu,
+is 1 as in TRL): the old policy's log-probs are the ones the rollout recorded, so the ratio is 1 up to the
+numerical gap between the sampling engine (bf16, merged weights) and the update, and the clip bounds that gap
+(clip_fraction logs how often). With mu > 1 the later passes over the same batch see the ratio move, and the
+clip bounds how far one batch takes the policy; the lr schedule still steps once per rollout batch;
 a multi-agent episode contributes one sequence per trainable role call rather than one completion; the reward
 is token F1 (Search-R1 uses EM).
 
@@ -314,27 +316,34 @@ class Trainer:
         )
 
     def _optimize(self, samples: Sequence[Sample], denominator: float) -> tuple[dict[str, float], float]:
-        """The update, the summed gradients clipped, one optimizer and schedule step; its sums and grad norm."""
+        """`updates_per_rollout` times: the update, the summed gradients clipped, one optimizer step; then one
+        schedule step (its horizon is rollout steps). Returns the update sums over every pass (the loss as their
+        mean) and the mean grad norm."""
         g = self.cfg.train.grpo
         self.policy.release_copies()
+        totals: dict[str, float] = {}
+        norms = []
         with self.policy.clock.phase("update"):
             self.policy.model.train()
-            local = update(
-                self.policy.model,
-                samples,
-                g,
-                self.cfg.harness.temperature,
-                self.policy.tokenizer.pad_token_id,
-                denominator,
-            )
-            self.world.sum_gradients(self.parameters)
-            grad_norm = float(clip_grad_norm_(self.parameters, g.max_grad_norm))
-            self.optimizer.step()
+            for _ in range(g.updates_per_rollout):
+                local = update(
+                    self.policy.model,
+                    samples,
+                    g,
+                    self.cfg.harness.temperature,
+                    self.policy.tokenizer.pad_token_id,
+                    denominator,
+                )
+                totals = {k: totals.get(k, 0.0) + v for k, v in local.items()}
+                self.world.sum_gradients(self.parameters)
+                norms.append(float(clip_grad_norm_(self.parameters, g.max_grad_norm)))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
             self.policy.model.eval()
         self.policy.weights_changed()
-        return local, grad_norm
+        totals["loss"] /= g.updates_per_rollout
+        return totals, sum(norms) / len(norms)
 
     def gathered_metrics(
         self,
@@ -356,9 +365,8 @@ class Trainer:
             "grad_norm": grad_norm,
             "learning_rate": self.scheduler.get_last_lr()[0],
             "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
-            "flops.update": float(
-                sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples)
-            ),
+            "flops.update": g.updates_per_rollout
+            * float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples)),
         }
         return step_metrics(episodes, rewards, samples, stats)
 
