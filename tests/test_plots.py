@@ -33,6 +33,14 @@ def test_training_curves(tmp_path):
     changed = copy.deepcopy(histories)
     changed["joint"][1][2]["f1"] = 0.9
     _same_twice_and_changes(plot_training_curves, histories, changed, tmp_path)
+    per_benchmark = copy.deepcopy(histories)  # a panel per benchmark's reward: a second row of panels
+    per_benchmark["joint"][0][0] |= {"reward_mean.synth-1hop": 0.5, "reward_mean.synth-2hop": 0.1}
+    taller = plot_training_curves(per_benchmark, tmp_path / "b.png").read_bytes()
+    assert _png_height(taller) == 2 * _png_height((tmp_path / "two.png").read_bytes())
+
+
+def _png_height(png: bytes) -> int:
+    return int.from_bytes(png[20:24], "big")  # the IHDR chunk: width, then height
 
 
 def test_health_monitors_plot_the_keys_a_history_has(tmp_path):

@@ -106,6 +106,22 @@ def test_several_updates_per_rollout_step_the_optimizer_each_time_and_the_clip_b
     assert _moved(_weights(once), thrice)  # three steps end elsewhere than one
 
 
+def test_a_step_logs_reward_and_subquestions_per_benchmark(tiny_backbone, tmp_path):
+    from dataclasses import replace
+
+    from centralrl.rl.trainer import subquestions
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"question_sampling": "uniform"})
+    episodes = [  # the first group's question from benchmark a, the second's from b
+        replace(e, question=replace(e.question, benchmark="ab"[i // 4])) for i, e in enumerate(trainer.rollout())
+    ]
+    metrics = trainer.learn(episodes, torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.25, 0.25, 0.25, 0.25]]))
+    assert (metrics["reward_mean.a"], metrics["reward_mean.b"], metrics["reward_mean"]) == (0.5, 0.25, 0.375)
+    for benchmark, group in (("a", episodes[:4]), ("b", episodes[4:])):
+        assert metrics[f"subquestions_per_episode.{benchmark}"] == sum(map(subquestions, group)) / 4
+    assert metrics["subquestions_per_episode"] == sum(map(subquestions, episodes)) / 8
+
+
 def test_spending_counts_optimizer_steps_not_skipped_ones():
     from centralrl.rl.run import spending
 

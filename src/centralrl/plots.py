@@ -101,6 +101,11 @@ def _finish(ax: Axes, title: str, xlabel: str, ylabel: str, handles: Sequence[Li
 Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, float]]]]  # arm -> seed -> rows with "step"
 
 
+def _history_keys(histories: Histories) -> set[str]:
+    """Every key some row of `histories` holds."""
+    return {key for runs in histories.values() for rows in runs.values() for row in rows for key in row}
+
+
 def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
     """`key` over step, one line per (arm, seed) whose rows have it: color per arm, linestyle per seed."""
     colors = arm_colors(list(histories))
@@ -120,10 +125,16 @@ def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
 
 
 def plot_training_curves(histories: Histories, path: Path) -> Path:
-    """reward_mean and f1 over step, one line per (arm, seed): color per arm, linestyle per seed."""
-    figure, axes = _new_figure(10, 4, columns=2)
-    for ax, key in zip(axes, ["reward_mean", "f1"]):
+    """reward_mean and f1 over step, then reward_mean per benchmark where the histories hold it, one line per
+    (arm, seed): color per arm, linestyle per seed."""
+    present = _history_keys(histories)
+    keys = ["reward_mean", "f1", *sorted(k for k in present if k.startswith("reward_mean."))]
+    rows = -(-len(keys) // 2)
+    figure, axes = _new_figure(10, 4 * rows, columns=2, rows=rows)
+    for ax, key in zip(axes, keys):
         _plot_key(ax, histories, key, f"{key} during training")
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
     return _save(figure, path)
 
 
@@ -163,7 +174,7 @@ def health_keys(histories: Histories) -> list[str]:
     >>> health_keys({"joint": {0: [{"step": 1, "response_tokens.central": 9.0, "loss": 1.0, "kl": 0.1}]}})
     ['kl', 'response_tokens.central']
     """
-    present = {key for runs in histories.values() for rows in runs.values() for row in rows for key in row}
+    present = _history_keys(histories)
     return [
         key
         for monitor in HEALTH_KEYS

@@ -375,19 +375,31 @@ class Trainer:
         return self.learn(episodes, self.rewards(episodes))
 
 
+def subquestions(episode: Episode) -> int:
+    """The sub-questions the central agent delegated in `episode` (its retrieval calls)."""
+    return sum(call.role == "retrieval" for call in episode.calls)
+
+
 def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
     """What a step logs: reward, F1, the update's statistics, tokens per role, and each role's health: its
     calls' mean response length, share of invalid actions and one-sample entropy estimate (the mean negative
-    log-prob of its sampled tokens); and the sub-questions the central agent delegated per episode."""
+    log-prob of its sampled tokens); and the sub-questions the central agent delegated per episode. Reward and
+    sub-questions also per benchmark (`<key>.<benchmark>`): a central agent that learns asks one sub-question
+    for a 1-hop question and two for a 2-hop one, where one that drifts moves both the same way."""
     metrics = {
         "episodes": float(len(episodes)),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "f1": sum(outcome_reward(e.prediction, e.question.golden_answers) for e in episodes) / len(episodes),
         "entropy": -float(np.mean([lp for e in episodes for c in e.calls if c.adapter for lp in c.logprobs] or [0.0])),
-        "subquestions_per_episode": sum(c.role == "retrieval" for e in episodes for c in e.calls) / len(episodes),
+        "subquestions_per_episode": sum(map(subquestions, episodes)) / len(episodes),
         **{k: float(v) for k, v in stats.items()},
     }
+    flat_rewards = rewards.flatten().tolist()  # episodes are laid out group by group, as the rewards
+    for benchmark in sorted({e.question.benchmark for e in episodes}):
+        mine = [i for i, e in enumerate(episodes) if e.question.benchmark == benchmark]
+        metrics[f"reward_mean.{benchmark}"] = sum(flat_rewards[i] for i in mine) / len(mine)
+        metrics[f"subquestions_per_episode.{benchmark}"] = sum(subquestions(episodes[i]) for i in mine) / len(mine)
     for role in sorted({c.role for e in episodes for c in e.calls}):
         calls = [c for e in episodes for c in e.calls if c.role == role]
         metrics[f"prompt_tokens.{role}"] = float(sum(len(c.prompt_ids) for c in calls))
