@@ -80,6 +80,12 @@ def test_dev_curves_start_at_the_start_and_follow_the_scored_steps(tmp_path):
     changed["joint"][0][3]["dev.f1"] = 0.9
     _same_twice_and_changes(plot_dev_curves, histories, changed, tmp_path)
     assert plot_dev_curves({"joint": {0: [{"step": 1, "spent.flops": 1.0}]}}, tmp_path / "none.png") is None
+    per_benchmark = copy.deepcopy(histories)  # dev F1 per benchmark: a second row of panels
+    for rows in per_benchmark["joint"].values():
+        rows[0] |= {"dev.f1.synth-1hop@start": 0.8, "dev.f1.synth-2hop@start": 0.1}
+        rows[3] |= {"dev.f1.synth-1hop": 0.6, "dev.f1.synth-2hop": 0.3}
+    taller = plot_dev_curves(per_benchmark, tmp_path / "b.png").read_bytes()
+    assert _png_height(taller) == 2 * _png_height((tmp_path / "two.png").read_bytes())
 
 
 def test_score_vs_compute_with_reference(tmp_path):

@@ -150,11 +150,14 @@ def test_the_starts_dev_scores_are_scored_by_one_cell_and_read_by_the_others(smo
     folder, params, data = smoke_run
     (memo,) = (folder / "start-scores").iterdir()
     first_row = json.loads(central_only_run["history"].read_text().splitlines()[0])
-    assert json.loads(memo.read_text()) == {"dev.f1": first_row["dev.f1@start"], "dev.em": first_row["dev.em@start"]}
-    memo.write_text(json.dumps({"dev.f1": 0.123, "dev.em": 0.0}))
+    written = json.loads(memo.read_text())
+    assert written == {k.removesuffix("@start"): v for k, v in first_row.items() if k.endswith("@start")}
+    assert sorted(written) == ["dev.em", "dev.f1", "dev.f1.toy"]  # F1 per benchmark too
+    assert written["dev.f1.toy"] == written["dev.f1"]  # the dev questions are all of one benchmark
+    memo.write_text(json.dumps(dict.fromkeys(written, 0.123)))
     joint = train(folder, params, data, "joint", "joint-memo", f"--start-scores={folder / 'start-scores'}")
     first_row = json.loads(joint["history"].read_text().splitlines()[0])
-    assert (first_row["dev.f1@start"], first_row["dev.em@start"]) == (0.123, 0.0)
+    assert {k: v for k, v in first_row.items() if k.endswith("@start")} == {f"{k}@start": 0.123 for k in written}
 
 
 def test_joint_trains_all_three_adapters(smoke_run):

@@ -151,19 +151,30 @@ def dev_points(rows: Sequence[Mapping[str, float]], metric: str = "f1") -> list[
 
 
 def plot_dev_curves(histories: Histories, path: Path) -> Path | None:
-    """Dev F1 against step and against training FLOPs, one line per (arm, seed); None without dev scores."""
+    """Dev F1 against step and against training FLOPs, then dev F1 per benchmark against step where the
+    histories hold it, one line per (arm, seed); None without dev scores."""
     colors = arm_colors(list(histories))
     seeds = sorted({seed for runs in histories.values() for seed in runs})
     curves = {(arm, seed): dev_points(rows) for arm, runs in histories.items() for seed, rows in runs.items()}
     if not any(curves.values()):
         return None
-    figure, axes = _new_figure(10, 4, columns=2)
+    benchmarks = sorted(k.removeprefix("dev.f1.") for k in _history_keys(histories) if k.startswith("dev.f1."))
+    benchmarks = [b for b in benchmarks if not b.endswith("@start")]
+    rows = 1 + -(-len(benchmarks) // 2)
+    figure, axes = _new_figure(10, 4 * rows, columns=2, rows=rows)
     for (arm, seed), points in sorted(curves.items()):
         style = {"color": colors[arm], "linestyle": LINESTYLES[seeds.index(seed) % len(LINESTYLES)], "marker": "o"}
         for ax, x in zip(axes, (0, 1)):
             ax.plot([p[x] for p in points], [p[2] for p in points], label=f"{arm} seed {seed}", **style)
+        for ax, benchmark in zip(axes[2:], benchmarks):
+            mine = dev_points(histories[arm][seed], f"f1.{benchmark}")
+            ax.plot([p[0] for p in mine], [p[2] for p in mine], label=f"{arm} seed {seed}", **style)
     _finish(axes[0], "dev F1 (held-out training questions)", "step", "dev F1")
     _finish(axes[1], "dev F1 against training compute", "training FLOPs (rollout + update)", "dev F1")
+    for ax, benchmark in zip(axes[2:], benchmarks):
+        _finish(ax, f"dev F1 on {benchmark}", "step", "dev F1")
+    for ax in axes[2 + len(benchmarks) :]:
+        ax.set_visible(False)
     return _save(figure, path)
 
 

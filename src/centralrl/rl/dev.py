@@ -27,6 +27,16 @@ from centralrl.seeding import derive_seed
 DEV_KEYS = ("dev.f1", "dev.em")
 
 
+def dev_keys(questions: Sequence[Question]) -> list[str]:
+    """What `dev_scores` returns for these questions: DEV_KEYS, then F1 per benchmark (`dev.f1.<benchmark>`).
+
+    >>> from centralrl.schema import Question
+    >>> dev_keys([Question("a", "?", ("x",), "synth-2hop", "train"), Question("b", "?", ("y",), "nq", "train")])
+    ['dev.f1', 'dev.em', 'dev.f1.nq', 'dev.f1.synth-2hop']
+    """
+    return [*DEV_KEYS, *(f"dev.f1.{b}" for b in sorted({q.benchmark for q in questions}))]
+
+
 def split_dev(
     questions: Sequence[Question], dev: DevConfig, source: str = "the training file"
 ) -> tuple[list[Question], list[Question]]:
@@ -44,16 +54,21 @@ def split_dev(
 def dev_scores(
     cfg: Config, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str, world: World
 ) -> dict[str, float]:
-    """Mean F1 and EM of the policy's greedy episodes on the dev questions. Each process plays its share
+    """Mean F1 and EM of the policy's greedy episodes on the dev questions, and mean F1 per benchmark (a pooled
+    score can hide a gain on one question type paid for on another). Each process plays its share
     (`World.shard`) and the sums are totalled, so several training processes score the split once between them
     (one process: every question, and the plain mean)."""
     policy.model.eval()
     share = world.shard(questions)
     episodes = TOPOLOGIES[topology](share, policy, retriever, run_settings(cfg, greedy=True, seed=0)) if share else []
-    f1_sum, em_sum = world.total(
+    scores = [f1(e.prediction, e.question.golden_answers) for e in episodes]
+    benchmarks = sorted({q.benchmark for q in questions})
+    sums = world.total(
         [
-            sum(f1(e.prediction, e.question.golden_answers) for e in episodes),
+            sum(scores),
             sum(em(e.prediction, e.question.golden_answers) for e in episodes),
+            *(sum(s for s, e in zip(scores, episodes) if e.question.benchmark == b) for b in benchmarks),
         ]
     )
-    return dict(zip(DEV_KEYS, (f1_sum / len(questions), em_sum / len(questions))))
+    counts = [len(questions), len(questions), *(sum(q.benchmark == b for q in questions) for b in benchmarks)]
+    return {key: total / count for key, total, count in zip(dev_keys(questions), sums, counts)}

@@ -47,7 +47,7 @@ from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
-from centralrl.rl.dev import DEV_KEYS, dev_scores, split_dev
+from centralrl.rl.dev import dev_keys, dev_scores, split_dev
 from centralrl.rl.health import TrainingDiverged, collapse_problem, health_problem
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import read_questions
@@ -190,26 +190,24 @@ def start_scores(trainer: Trainer, memo: Path | None) -> dict[str, float]:
     backbone plays the same greedy dev episodes from the same start, so one of them scoring is enough. A memo
     that is not those scores (a damaged cache file) is scored again and rewritten: raising in the main process
     alone would leave the others waiting in the collective."""
-    world = trainer.world
-    known = _memo(memo) if world.is_main and memo is not None else {}
+    world, keys = trainer.world, dev_keys(trainer.dev)
+    known = _memo(memo, keys) if world.is_main and memo is not None else {}
     if world.total([float(bool(known))])[0]:
-        return dict(zip(DEV_KEYS, world.total([known.get(key, 0.0) for key in DEV_KEYS])))
+        return dict(zip(keys, world.total([known.get(key, 0.0) for key in keys])))
     scores = score_dev(trainer)
     if world.is_main and memo is not None and scores:
         write_json(memo, scores)
     return scores
 
 
-def _memo(path: Path) -> dict[str, float]:
-    """The scores a cell left at `path`, or {} when there are none there (or it is not them)."""
+def _memo(path: Path, keys: Sequence[str]) -> dict[str, float]:
+    """The scores `keys` a cell left at `path`, or {} when there are none there (or it is not them)."""
     try:
         known = read_json(path) if path.is_file() else {}
     except DataError:
         return {}
-    ok = isinstance(known, dict) and all(
-        isinstance(known.get(key), float) and 0 <= known[key] <= 1 for key in DEV_KEYS
-    )
-    return {key: known[key] for key in DEV_KEYS} if ok else {}
+    ok = isinstance(known, dict) and all(isinstance(known.get(key), float) and 0 <= known[key] <= 1 for key in keys)
+    return {key: known[key] for key in keys} if ok else {}
 
 
 def score_dev(trainer: Trainer) -> dict[str, float]:
