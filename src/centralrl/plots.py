@@ -80,6 +80,15 @@ def _new_figure(width: float, height: float, columns: int = 1, rows: int = 1) ->
     return figure, list(axes)
 
 
+def _panels(count: int, columns: int, width: float, row_height: float) -> tuple[Figure, list[Axes]]:
+    """A figure of `count` panels, `columns` to a row; the unused places of the last row hidden."""
+    rows = -(-count // columns)
+    figure, axes = _new_figure(width, row_height * rows, columns=columns, rows=rows)
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    return figure, axes[:count]
+
+
 def _save(figure: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,12 +138,9 @@ def plot_training_curves(histories: Histories, path: Path) -> Path:
     (arm, seed): color per arm, linestyle per seed."""
     present = _history_keys(histories)
     keys = ["reward_mean", "f1", *sorted(k for k in present if k.startswith("reward_mean."))]
-    rows = -(-len(keys) // 2)
-    figure, axes = _new_figure(10, 4 * rows, columns=2, rows=rows)
+    figure, axes = _panels(len(keys), 2, 10, 4)
     for ax, key in zip(axes, keys):
         _plot_key(ax, histories, key, f"{key} during training")
-    for ax in axes[len(keys) :]:
-        ax.set_visible(False)
     return _save(figure, path)
 
 
@@ -158,10 +164,9 @@ def plot_dev_curves(histories: Histories, path: Path) -> Path | None:
     curves = {(arm, seed): dev_points(rows) for arm, runs in histories.items() for seed, rows in runs.items()}
     if not any(curves.values()):
         return None
-    benchmarks = sorted(k.removeprefix("dev.f1.") for k in _history_keys(histories) if k.startswith("dev.f1."))
-    benchmarks = [b for b in benchmarks if not b.endswith("@start")]
-    rows = 1 + -(-len(benchmarks) // 2)
-    figure, axes = _new_figure(10, 4 * rows, columns=2, rows=rows)
+    keys = _history_keys(histories)
+    benchmarks = sorted(k.removeprefix("dev.f1.") for k in keys if k.startswith("dev.f1.") and "@" not in k)
+    figure, axes = _panels(2 + len(benchmarks), 2, 10, 4)
     for (arm, seed), points in sorted(curves.items()):
         style = {"color": colors[arm], "linestyle": LINESTYLES[seeds.index(seed) % len(LINESTYLES)], "marker": "o"}
         for ax, x in zip(axes, (0, 1)):
@@ -173,8 +178,6 @@ def plot_dev_curves(histories: Histories, path: Path) -> Path | None:
     _finish(axes[1], "dev F1 against training compute", "training FLOPs (rollout + update)", "dev F1")
     for ax, benchmark in zip(axes[2:], benchmarks):
         _finish(ax, f"dev F1 on {benchmark}", "step", "dev F1")
-    for ax in axes[2 + len(benchmarks) :]:
-        ax.set_visible(False)
     return _save(figure, path)
 
 
@@ -199,12 +202,9 @@ def plot_health(histories: Histories, path: Path) -> Path | None:
     keys = health_keys(histories)
     if not keys:
         return None
-    rows = -(-len(keys) // 3)
-    figure, axes = _new_figure(13, 3.2 * rows, columns=3, rows=rows)
+    figure, axes = _panels(len(keys), 3, 13, 3.2)
     for ax, key in zip(axes, keys):
         _plot_key(ax, histories, key, key)
-    for ax in axes[len(keys) :]:
-        ax.set_visible(False)
     return _save(figure, path)
 
 
