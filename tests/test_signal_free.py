@@ -111,7 +111,7 @@ def test_a_step_logs_reward_and_subquestions_per_benchmark(tiny_backbone, tmp_pa
 
     from centralrl.rl.trainer import subquestions
 
-    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"question_sampling": "uniform"})
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"])
     episodes = [  # the first group's question from benchmark a, the second's from b
         replace(e, question=replace(e.question, benchmark="ab"[i // 4])) for i, e in enumerate(trainer.rollout())
     ]
