@@ -4,6 +4,7 @@ for a language model (the one outside boundary faked here) where a test needs ex
 from __future__ import annotations
 
 import pytest
+import safetensors.torch
 import torch
 
 from centralrl.compute import PhaseClock
@@ -152,10 +153,10 @@ def test_sampling_is_deterministic_from_the_seed(backbone, smoke_world, test_que
     assert completions(1) != completions(2)
 
 
-def _perturbed_policy(tiny_backbone):
+def _perturbed_policy(tiny_backbone, lora=LoraConfig(r=4, alpha=8)):
     model, tokenizer = load_backbone(tiny_backbone)
     adapters = role_adapters(["central"], "per_role")
-    model = attach_adapters(model, adapters, LoraConfig(r=4, alpha=8))
+    model = attach_adapters(model, adapters, lora)
     generator = torch.Generator().manual_seed(0)
     for name, parameter in model.named_parameters():
         if "lora_B" in name:
@@ -179,9 +180,14 @@ def test_a_frozen_role_is_exactly_the_starting_checkpoint(tiny_backbone):
 
 
 def test_adapters_save_and_load_by_role(tiny_backbone, tmp_path):
-    model, tokenizer, adapters = _perturbed_policy(tiny_backbone)
+    """Only LoRA's weights are saved, lm_head's too, never the frozen base's (peft saved lm_head whole)."""
+    model, tokenizer, adapters = _perturbed_policy(
+        tiny_backbone, LoraConfig(r=4, alpha=8, target_modules=["q_proj", "lm_head"])
+    )
     assert save_adapters(model, tmp_path) == ["central"]
-    assert (tmp_path / "central" / "adapter_model.safetensors").is_file()
+    saved = safetensors.torch.load_file(tmp_path / "central" / "adapter_model.safetensors")
+    assert saved and all(".lora_A." in key or ".lora_B." in key for key in saved)
+    assert any("lm_head.lora_B" in key for key in saved)
     reloaded = load_adapters(load_backbone(tiny_backbone)[0], tmp_path, ["central"])
     prompts = [tokenizer.encode("Question: which film came first?")]
     before = RolePolicy(model, tokenizer, adapters).generate("central", prompts, 8, greedy=True)

@@ -114,7 +114,9 @@ def save_adapters(model: PreTrainedModel, directory: str | Path) -> list[str]:
         Path(directory).mkdir(parents=True, exist_ok=True)
         return []
     names = sorted(model.peft_config)
-    model.save_pretrained(str(directory), selected_adapters=names)
+    # The base weights never train, so only LoRA's are saved: peft's "auto" would also save lm_head and the
+    # embedding (the whole vocabulary) whenever LoRA adapts lm_head.
+    model.save_pretrained(str(directory), selected_adapters=names, save_embedding_layers=False)
     # peft writes the first adapter at the top level and the others in subfolders; move the first too, so
     # every adapter lives in directory/<name>/ and loading needs no special case.
     top = Path(directory)
