@@ -5,7 +5,9 @@ Everything comes from `compare.comparison` and the training histories, so the sa
 wall-clock, CPU time and peak memory live in MLflow (machine-dependent numbers would break that).
 
 Each run's training reward (first and last quarter of its steps) and dev F1 sit beside the trained-minus-start
-table, so whether anything was learned is read off the report, not the plots alone.
+table, so whether anything was learned is read off the report, not the plots alone. The rise comes with the noise
+it would have without learning (from the spread of the run's step rewards) and the rise the run could detect, as
+the verdict comes with its minimum detectable difference.
 
 The verdict says in words when it cannot be read as evidence: an inconclusive verdict says whether the
 experiment could have detected the published difference at all, and an arm whose trained sub-agents changed no
@@ -14,6 +16,8 @@ greedy output is named as comparing the central agent against itself.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from centralrl.plots import (
     plot_score_vs_compute,
     plot_training_curves,
 )
+from centralrl.stats import minimum_detectable_difference
 
 NAMES = {"f1": "F1", "acc": "Acc", "em": "EM"}
 
@@ -233,33 +238,58 @@ def reward_rise(rows: list[Mapping[str, float]]) -> tuple[float, float]:
     return sum(rewards[:quarter]) / quarter, sum(rewards[-quarter:]) / quarter
 
 
-def rise_section(histories: Mapping) -> list[str]:
-    """Per run: its reward in the first and last quarter of steps, the steps with no informative group (every
-    group's rewards equal: nothing to learn from), and dev F1 at the start and at its last score."""
+def rise_noise(rows: list[Mapping[str, float]]) -> float | None:
+    """The standard error the reward rise would have if the policy never changed: s * sqrt(2 / quarter), s the
+    spread (sample SD) of the run's step rewards, each step an independent draw of questions and samples. A real
+    trend widens s, so this errs towards calling a rise noise. None below 2 steps.
+
+    >>> round(rise_noise([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)]), 4)
+    0.2449
+    """
+    rewards = [row["reward_mean"] for row in rows]
+    if len(rewards) < 2:
+        return None
+    quarter = max(1, len(rewards) // 4)
+    return statistics.stdev(rewards) * math.sqrt(2 / quarter)
+
+
+def rise_section(histories: Mapping, level: float, power: float) -> list[str]:
+    """Per run: its reward in the first and last quarter of steps, the rise's noise and the rise it could detect,
+    the steps with no informative group (every group's rewards equal: nothing to learn from), and dev F1 at the
+    start and at its last score."""
     lines = [
         "## Did the training reward rise?",
         "",
-        "Mean reward of the sampled training episodes (0-1) over the first and the last quarter of each run's steps; "
-        "a step's reward depends on which questions it drew, so a rise of a few hundredths is noise. Steps with no "
-        "informative group had equal rewards in every group: GRPO learns nothing from them. Dev F1: the held-out "
-        "training questions, greedy, at the start and at the last dev score.",
+        "Mean reward of the sampled training episodes (0-1) over the first and the last quarter of each run's steps. "
+        "A step's reward depends on which questions it drew: *noise* is the standard error the rise would have if "
+        "the policy never changed (the spread of the run's step rewards times sqrt(2 / steps per quarter)), and "
+        f"*detectable* the rise this run finds with {power:.0%} power at a two-sided {1 - level:.0%} level "
+        "(a rise below it may be learning or the draw). Steps with no informative group had equal rewards in every "
+        "group: GRPO learns nothing from them. Dev F1: the held-out training questions, greedy, at the start and "
+        "at the last dev score.",
         "",
-        "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | steps with no "
-        "informative group | dev F1 start -> end |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | noise | detectable "
+        "| steps with no informative group | dev F1 start -> end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, runs in histories.items():
         for arm, seeds in runs.items():
             for seed, rows in seeds.items():
                 first, last = reward_rise(rows)
+                noise = rise_noise(rows)
+                detectable = None if noise is None else minimum_detectable_difference(noise, level=level, power=power)
                 idle = sum(1 for row in rows if not row.get("informative_groups"))
                 dev = dev_points(rows)
                 dev_text = f"{dev[0][2]:.2f} -> {dev[-1][2]:.2f}" if dev else "-"
                 lines.append(
                     f"| {backbone} | {arm} | {seed} | {len(rows)} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
-                    f"| {idle} | {dev_text} |"
+                    f"| {_number(noise)} | {_number(detectable)} | {idle} | {dev_text} |"
                 )
     return lines + [""]
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _percent(share: float | None) -> str:
@@ -432,7 +462,8 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
 def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -> Path:
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
-    lines += verdict_section(result) + gains_section(result) + rise_section(histories) + spending_section(result)
+    lines += verdict_section(result) + gains_section(result)
+    lines += rise_section(histories, result["level"], result["power"]) + spending_section(result)
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):
