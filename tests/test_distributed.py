@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,9 +58,9 @@ def test_the_preflight_wants_a_gpu_per_process_on_cuda(tmp_path):
     assert f"this machine has {torch.cuda.device_count()}" in gpus.reason
 
 
-def _accelerate(module_args: list[str], processes: int = 2) -> subprocess.CompletedProcess:
+def _accelerate(module_args: list[str], temp_dir: Path | None = None) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
-    env |= session_prefect_env()
+    env |= session_prefect_env() | ({"TMPDIR": str(temp_dir)} if temp_dir else {})
     return subprocess.run(module_args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -99,8 +100,11 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     memo = plant_start_scores(tmp_path / "start-scores", params, [folder / "start", folder / "index", data["train"]])
     command = [sys.executable, "-m", "stages.train", *_stage_args(folder, params, data, "joint", out)]
     command.append(f"--start-scores={memo.parent}")
-    done = _accelerate(command)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = _accelerate(command, temp)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert list(temp.iterdir()) == []  # the launch's temporary files went with it (torch elastic's log folder)
     assert "process 1 of 2" in done.stdout and "process 2 of 2" in done.stdout
     assert done.stdout.count("train@joint-0-main: {") == 1  # the summary once, from the first process
     history = [json.loads(line) for line in outputs["history"].read_text().splitlines()]

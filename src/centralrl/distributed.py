@@ -16,6 +16,7 @@ One process (`World()`, no launcher) is the default and touches no collective.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ import torch
 
 from centralrl.errors import ConfigError
 from centralrl.hardware import pick_device
+from centralrl.io import scratch_folder
 from centralrl.processes import tied_to_this_process
 from centralrl.services import HOST, free_port
 
@@ -157,8 +159,15 @@ def launch_command(processes: int, module: str, argv: Sequence[str], port: int |
 def launch(processes: int, module: str, argv: Sequence[str]) -> int:
     """Run `launch_command` and return its exit code. The launcher is killed when this process exits, however it
     dies, and each launched stage dies with the launcher (`stages.cli.run_stage`), so no process outlives the
-    stage."""
-    return subprocess.run(launch_command(processes, module, argv), preexec_fn=tied_to_this_process()).returncode
+    stage. The launched processes' temporary files (torch elastic's log folder, which it never removes: one
+    `torchelastic_*` per launch) go to a scratch folder removed afterwards."""
+    scratch = scratch_folder("centralrl-launch")
+    try:
+        env = os.environ | {"TMPDIR": str(scratch)}
+        command = launch_command(processes, module, argv)
+        return subprocess.run(command, env=env, preexec_fn=tied_to_this_process()).returncode
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def needs_launch(processes: int) -> bool:
