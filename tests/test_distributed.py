@@ -69,7 +69,7 @@ def test_two_processes_make_the_same_update_as_one(tiny_backbone, tmp_path):
     from distributed_update import summed_gradients
 
     command = launch_command(2, "distributed_update", [str(tiny_backbone), str(tmp_path), "2"])
-    done = _accelerate(command)
+    done = _accelerate(command, tmp_path)  # torch elastic's log folder lands here, not in /tmp
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     alone = summed_gradients(tiny_backbone, World())
