@@ -632,7 +632,7 @@ class WarmstartConfig(Section):
     learning_rate: float = Field(3e-4, gt=0)
     micro_batch_size: int = Field(4, ge=1, description="traces per optimizer step")
     forward_tokens: int = Field(
-        1024,
+        512,
         ge=1,
         description="the most padded positions (traces x longest) in one forward/backward: a step's traces run in "
         "length-sorted forwards within it, gradients summed; peak memory follows it (SmolLM2-135M: ~2 MB each "
