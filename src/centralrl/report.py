@@ -233,9 +233,14 @@ def reward_rise(rows: list[Mapping[str, float]]) -> tuple[float, float]:
     >>> reward_rise([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)])
     (0.2, 0.6)
     """
-    rewards = [row["reward_mean"] for row in rows]
-    quarter = max(1, len(rewards) // 4)
+    rewards, quarter = _rewards_and_quarter(rows)
     return sum(rewards[:quarter]) / quarter, sum(rewards[-quarter:]) / quarter
+
+
+def _rewards_and_quarter(rows: list[Mapping[str, float]]) -> tuple[list[float], int]:
+    """The run's step rewards, and the steps in a quarter of them (at least one)."""
+    rewards = [row["reward_mean"] for row in rows]
+    return rewards, max(1, len(rewards) // 4)
 
 
 def rise_noise(rows: list[Mapping[str, float]]) -> float | None:
@@ -246,11 +251,8 @@ def rise_noise(rows: list[Mapping[str, float]]) -> float | None:
     >>> round(rise_noise([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)]), 4)
     0.2449
     """
-    rewards = [row["reward_mean"] for row in rows]
-    if len(rewards) < 2:
-        return None
-    quarter = max(1, len(rewards) // 4)
-    return statistics.stdev(rewards) * math.sqrt(2 / quarter)
+    rewards, quarter = _rewards_and_quarter(rows)
+    return statistics.stdev(rewards) * math.sqrt(2 / quarter) if len(rewards) > 1 else None
 
 
 def rise_section(histories: Mapping, level: float, power: float) -> list[str]:
