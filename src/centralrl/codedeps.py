@@ -146,10 +146,11 @@ def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
         if unknown:
             raise CentralRLError(f"--keep {', '.join(unknown)}: no such stage in {dvc_yaml}")
         outs = {PurePosixPath(out.def_path): out for stage in pipeline for out in stage.outs}
+        holding_outs = {folder for path in outs for folder in (path, *path.parents)}
         stages = [stage for stage in pipeline if stage.name in lock["stages"] and stage.name not in keep]
         for stage in stages:
             for dep in _file_deps(stage):
-                _rehash(stage, dep, outs)
+                _rehash(stage, dep, outs, holding_outs)
             entry = to_single_stage_lockfile(stage)
             lock["stages"][stage.name]["cmd"], lock["stages"][stage.name]["deps"] = entry["cmd"], entry["deps"]
     return [stage.name for stage in stages]
@@ -252,10 +253,11 @@ def _covered(source: Path, deps: list[PurePosixPath]) -> bool:
     return any(dep == posix or dep in posix.parents for dep in deps)
 
 
-def _rehash(stage: PipelineStage, dep, outs: dict) -> None:
-    """Hash a source dep as DVC does; a dep on pipeline outputs keeps its recorded hash (see refresh_lock_deps)."""
+def _rehash(stage: PipelineStage, dep, outs: dict, holding_outs: set) -> None:
+    """Hash a source dep as DVC does; a dep on pipeline outputs (an out, a folder holding one, or a path inside
+    one: `holding_outs` is every out and every folder above one) keeps its recorded hash (see refresh_lock_deps)."""
     path = PurePosixPath(dep.def_path)
-    if not any(_overlap(path, out) for out in outs):
+    if path not in holding_outs and not any(folder in outs for folder in path.parents):
         if not dep.exists:
             raise CentralRLError(f"dvc.yaml: stage {stage.name}: dep {path} does not exist")
         dep.save()
@@ -263,10 +265,6 @@ def _rehash(stage: PipelineStage, dep, outs: dict) -> None:
         dep.hash_info, dep.meta = outs[path].hash_info, outs[path].meta
     elif not dep.hash_info:  # a new dep on pipeline outputs: left unrecorded, so DVC reruns the stage
         print(f"dvc.lock: stage {stage.name}: new dep {path} holds pipeline outputs; `dvc repro` will rerun it")
-
-
-def _overlap(a: PurePosixPath, b: PurePosixPath) -> bool:
-    return a == b or a in b.parents or b in a.parents
 
 
 def _absolute(path: Path, root: Path) -> Path:
