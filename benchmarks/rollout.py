@@ -98,8 +98,17 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return with_mode_defaults(parser, parser.parse_args(argv))
 
 
-if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
-    ARGUMENTS = arguments()
+def require_inputs(args: argparse.Namespace) -> None:
+    """The question files the mode reads exist (DataError naming one that does not), before the model loads."""
+    from centralrl.io import require_file
+
+    for path in (args.questions, args.eval_questions) if args.old_vs_new else (args.questions,):
+        require_file(path)
+
+
+if __name__ == "__main__":  # the command line and the input files before the heavy imports below: --help, usage
+    ARGUMENTS = arguments()  # errors and a missing input at once
+    run_main(lambda: require_inputs(ARGUMENTS))
 
 import functools
 import json

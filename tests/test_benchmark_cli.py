@@ -1,8 +1,7 @@
 """The benchmark scripts refuse bad input before measuring: a missing input file is one line and exit 1, a zero
 count a usage error naming the argument, an --out that could not be written an error naming --out, with the
 previous result left as it was; `--help` and usage errors come before torch and the rest are imported. Real runs
-of `python benchmarks/<script>.py`, each failing before any model loads (rollout.py's missing file takes ~10 s:
-it is found after the imports; the others under a second)."""
+of `python benchmarks/<script>.py`, each failing before any model loads or torch is imported (under a second)."""
 
 from __future__ import annotations
 
@@ -33,6 +32,8 @@ def test_a_missing_questions_file_is_one_line(tmp_path):
     done = bench("rollout", "--questions", "nosuch.jsonl", "--out", str(tmp_path / "r.json"))
     one_line_error(done, "rollout", "nosuch.jsonl", "no such file")
     assert not (tmp_path / "r.json").exists()
+    done = bench("rollout", "--old-vs-new", "--questions", "README.md", "--eval-questions", "gone.jsonl")
+    one_line_error(done, "rollout", "gone.jsonl", "no such file")
 
 
 def test_a_missing_params_file_is_one_line_not_a_failed_child(tmp_path):
