@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,15 +52,49 @@ def pytest_collection_modifyitems(config, items):
     )
 
 
+SHARED_PREFECT = "CENTRALRL_TEST_PREFECT"  # "<url> <home>" of the server the xdist controller started
+
+
+def pytest_configure(config):
+    """Under xdist, the controller starts the session's Prefect server (below) before it spawns the workers, which
+    inherit its URL and home: one server instead of one per worker, booting while the workers collect (a worker's
+    own took 8.5-22 s of its first test that needed one)."""
+    if "PYTEST_XDIST_WORKER" in os.environ or not getattr(config.option, "numprocesses", None):
+        return
+    from centralrl import services
+
+    home = Path(_private_prefect_home())
+    server = services.start_prefect(services.free_port(), home=home, log_dir=home, api_only=True)
+    config.stash[_SERVER] = server
+    os.environ[SHARED_PREFECT] = f"{server.url} {home}"
+
+
+def pytest_unconfigure(config):
+    from centralrl import services
+
+    if _SERVER in config.stash:
+        services.stop(config.stash[_SERVER])
+
+
+_SERVER = pytest.StashKey()
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
-    """One temporary Prefect API server for every test that runs a flow, set as this process's PREFECT_API_URL:
-    the server a stage starts for itself (API only, no UI, no background services), which came up in 8.5 s
-    here where `prefect_test_harness`'s full one took 20 s and kept its services busy all session."""
+    """One temporary Prefect API server for every test that runs a flow, set as this process's PREFECT_API_URL
+    (yields its home): the server a stage starts for itself (API only, no UI, no background services), which came
+    up in 8.5 s here where `prefect_test_harness`'s full one took 20 s and kept its services busy all session.
+    The xdist controller's (`pytest_configure`) when there is one, else this process's own."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from centralrl import services
 
+    if SHARED_PREFECT in os.environ:
+        url, home = os.environ[SHARED_PREFECT].split(" ", 1)
+        _wait_answering(f"{url}/api/health", Path(home) / "prefect.log")
+        with temporary_settings({PREFECT_API_URL: f"{url}/api"}):
+            yield Path(home)
+        return
     home = tmp_path_factory.mktemp("prefect-server")
     server = services.start_prefect(services.free_port(), home=home, log_dir=home, api_only=True)
     try:
@@ -68,6 +103,15 @@ def prefect_server(tmp_path_factory):
             yield home
     finally:
         services.stop(server)
+
+
+def _wait_answering(health_url: str, log: Path, timeout: float = 120) -> None:
+    from centralrl import services
+
+    deadline = time.monotonic() + timeout
+    while not services.answers(health_url):
+        assert time.monotonic() < deadline, f"the controller's Prefect server did not answer {health_url}; see {log}"
+        time.sleep(0.5)
 
 
 @pytest.fixture
