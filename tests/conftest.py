@@ -53,6 +53,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 SHARED_PREFECT = "CENTRALRL_TEST_PREFECT"  # "<url> <home>" of the server the xdist controller started
+_SERVER = pytest.StashKey()  # that server, in the controller's config
 
 
 def pytest_configure(config):
@@ -74,9 +75,6 @@ def pytest_unconfigure(config):
 
     if _SERVER in config.stash:
         services.stop(config.stash[_SERVER])
-
-
-_SERVER = pytest.StashKey()
 
 
 @pytest.fixture(scope="session")
