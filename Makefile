@@ -26,7 +26,8 @@ setup: $(STAMP)
 experiment: setup  ## the default experiment, offline: every DVC stage that exists
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
-# Two pytest-xdist workers, whole files each (a file's module fixtures are built once), each one torch thread;
+# Two pytest-xdist workers, whole files each (a file's module fixtures are built once), each one torch thread,
+# both reporting flows to one Prefect server that the controller starts while they collect (tests/conftest.py);
 # longest files first (tests/conftest.py orders them, --no-loadscope-reorder keeps that order), so the DVC pipeline
 # test runs beside the rest from the start.
 test: setup  ## lint and format check (ruff), then the test suite (tiny real runs; a few minutes on 2 cores)
