@@ -200,9 +200,15 @@ def smoke_world(tmp_path_factory):
 # The smoke world's questions give a random tiny model no reward at all (every group all zeros, so GRPO has
 # nothing to follow). These tests train on a toy task the random model scores on about half the time: answer
 # with one word from the first half of the alphabet (the conclusion writes one token). LoRA also adapts
-# lm_head: a random tiny Qwen2's hidden states are too weak to move its near-uniform output otherwise.
+# lm_head: a random tiny Qwen2's hidden states are too weak to move its near-uniform output otherwise. Rollouts in
+# float32 on every CPU, so the seeded runs are the same on an AVX2 and a bf16 one (in bf16 the two-process run of
+# tests/test_distributed.py learned nothing).
 TOY = {
-    "harness": {"max_turns": 1, "max_new_tokens": {"central": 4, "retrieval": 4, "conclusion": 1, "agent": 4}},
+    "harness": {
+        "max_turns": 1,
+        "max_new_tokens": {"central": 4, "retrieval": 4, "conclusion": 1, "agent": 4},
+        "precision": "float32",
+    },
     "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj", "lm_head"]},
     "train": {"grpo": {"steps": 2, "questions_per_step": 2, "group_size": 4, "learning_rate": 0.05}},
     # cuts after one and two steps, and at the first step with any trained token (so: the first)

@@ -91,8 +91,6 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
         {
             "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"},
             **TOY,
-            # float32 rollouts on every CPU: in bf16 (a CPU with avx512_bf16) this toy run learned nothing
-            "harness": {**TOY["harness"], "precision": "float32"},
             "train": {**TOY["train"], "processes": 2},
             "budgets": {"two_steps": {"steps": 2}},
         },
