@@ -14,6 +14,8 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
   `precision`, the rollout's recorded log-probs);
 - `new_ft<n>`: the new path with `--forward-tokens` n padded positions per forward (what bounds peak memory);
 - `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time);
+- `new_heap_kept`: the new path with freed memory left in glibc's heap, as before the update and the warm start
+  returned it to the OS after each micro-batch (`hardware.return_free_memory`): what that costs and saves;
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
@@ -67,7 +69,6 @@ if __name__ == "__main__":  # the command line before the heavy imports below: -
     ARGUMENTS = arguments()
 
 import contextlib
-import ctypes
 import gc
 import json
 import platform
@@ -76,16 +77,18 @@ import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from centralrl.assembly import fresh_policy, load_model
 from centralrl.config import Config, GrpoConfig, load_config
-from centralrl.hardware import compute_dtype
+from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness.engine import open_policy
 from centralrl.io import write_json
 from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval import open_retriever
+from centralrl.rl import trainer as trainer_module, warmstart as warmstart_module
 from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
 from centralrl.rl.warmstart import build_traces, supervised_finetune
@@ -124,6 +127,15 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
     return {"tokens": tokens}
 
 
+@contextlib.contextmanager
+def heap_kept():
+    """Inside: the update and the warm start leave freed memory in the heap (`return_free_memory` a no-op)."""
+    with contextlib.ExitStack() as stack:
+        for module in (trainer_module, warmstart_module):
+            stack.enter_context(mock.patch.object(module, "return_free_memory", lambda: False))
+        yield
+
+
 def checkpointed(fn: Callable) -> Callable:
     """`fn(model, ...)` with activation checkpointing on (as `train.grpo.activation_checkpointing: true` sets it)."""
 
@@ -159,8 +171,7 @@ def reset_peak() -> None:
     """Return freed heap to the system and reset the RSS high-water mark, so the next ru_maxrss is the next
     run's own peak (Linux; elsewhere both steps are skipped and ru_maxrss is the process's peak so far)."""
     gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return_free_memory()
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
 
@@ -247,12 +258,18 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     for n in args.forward_tokens:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
     settings["new_checkpointed"] = (checkpointed(update), g, True)
+    settings["new_heap_kept"] = (update, g, True)
 
-    def path(fn, gc_):
-        return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
+    def path(name, fn, gc_):
+        def run():
+            model.zero_grad(set_to_none=True)
+            with heap_kept() if name.endswith("heap_kept") else contextlib.nullcontext():
+                fn(model, samples, gc_, temperature, pad, denominator)
+
+        return run
 
     model.train()
-    figures = interleaved({name: path(fn, gc_) for name, (fn, gc_, _) in settings.items()}, args.rounds)
+    figures = interleaved({name: path(name, fn, gc_) for name, (fn, gc_, _) in settings.items()}, args.rounds)
     model.zero_grad(set_to_none=True)
     model.eval()
     trained = sum(s.trained_tokens for s in samples)
@@ -291,15 +308,17 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     settings = {"old": w.model_copy(update={"precision": "float32", "forward_tokens": 10**9}), "new": w}
     settings |= {f"new_ft{n}": w.model_copy(update={"forward_tokens": n}) for n in args.forward_tokens}
     settings["new_checkpointed"] = w.model_copy(update={"activation_checkpointing": True})
+    settings["new_heap_kept"] = w
 
-    def path(wcfg):
+    def path(name, wcfg):
         def run():
             model, tokenizer = load_model(cfg, args.backbone, args.model)
-            supervised_finetune(model, tokenizer, chosen, wcfg, cfg.lora)
+            with heap_kept() if name.endswith("heap_kept") else contextlib.nullcontext():
+                supervised_finetune(model, tokenizer, chosen, wcfg, cfg.lora)
 
         return run
 
-    figures = interleaved({name: path(wcfg) for name, wcfg in settings.items()}, args.rounds)
+    figures = interleaved({name: path(name, wcfg) for name, wcfg in settings.items()}, args.rounds)
     tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
     all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
     for name, f in figures.items():

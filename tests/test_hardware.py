@@ -47,3 +47,25 @@ def test_precisions_resolve_and_auto_is_bf16_only_where_the_cpu_flags_say_so(tmp
         assert hardware.hardware_tags()["cpu_bf16"] == ("yes" if expected == torch.bfloat16 else "no")
     with pytest.raises(ValueError, match="half"):
         compute_dtype("half", cpu)
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process now (Linux /proc)."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+
+@pytest.mark.skipif(not hardware.return_free_memory(), reason="no glibc malloc_trim in this C library")
+def test_freed_tensors_held_in_the_heap_go_back_to_the_os():
+    # tensors of 1 MB come from glibc's heap once a freed 16 MB block has raised its mmap threshold; one kept
+    # above them pins the heap's top, so freeing them returns nothing by itself: the case of the update's
+    # activations, freed between micro-batches under the optimizer's and the cache's live tensors
+    big = torch.ones(4 * 2**20)
+    del big
+    blocks = [torch.ones(2**18) for _ in range(256)]
+    pinned = torch.ones(2**18)
+    del blocks
+    held = _rss_mb()
+    hardware.return_free_memory()
+    assert held - _rss_mb() > 128, "malloc_trim returned less than half of the 256 MB freed"
+    assert pinned.sum() == 2**18

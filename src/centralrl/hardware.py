@@ -14,10 +14,15 @@ quota (`cpu.max`) when one is set, so a container limited to 2 CPUs on a 64-core
 it (the standard way a launcher says how many threads each process gets), else that count; a number is taken as
 given. Running several torch processes at once on a small machine (tests, parallel stages), each should get one:
 on a loaded 2-core machine two threads per process ran decode steps 10-30x slower in wall time than one.
+
+`return_free_memory()` hands the C heap's free pages back to the operating system (glibc's `malloc_trim`; a no-op
+elsewhere). Freed tensors below glibc's mmap threshold stay in the heap: without it, the train stage's peak RSS
+holds the freed generation copies and the update's activations together.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from pathlib import Path
@@ -107,3 +112,20 @@ def set_threads(requested: int | str) -> int:
         count = _omp_threads() or available_cpus()
     torch.set_num_threads(count)
     return count
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none (macOS, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_free_memory() -> bool:
+    """Return the heap's free pages to the OS (see the module docstring); False where the C library cannot."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+    return trim is not None

@@ -58,12 +58,12 @@ def _batch_movement(model, calls: Sequence[RoleCall], adapter: str, pad: int) ->
         with acting_as(model, name):
             out = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=longest + 1)
         logits[name] = out.logits[:, :-1]  # [B, longest]: column j predicts the token at width - longest + j
-    kl = position_kl(logits[adapter], logits[None])
     differs = logits[adapter].argmax(-1) != logits[None].argmax(-1)
     out = []
-    for i, call in enumerate(calls):
+    for i, call in enumerate(calls):  # row by row: the KL's [positions, V] temporaries of one call at a time
         mine = slice(longest - len(call.completion_ids), None)
-        out.append((bool(differs[i, mine].any()), float(kl[i, mine].mean())))
+        kl = position_kl(logits[adapter][i, mine], logits[None][i, mine])
+        out.append((bool(differs[i, mine].any()), float(kl.mean())))
     return out
 
 

@@ -73,7 +73,7 @@ from transformers.cache_utils import DynamicLayer
 from centralrl.compute import PhaseClock
 from centralrl.config import HarnessConfig
 from centralrl.errors import BackboneError
-from centralrl.hardware import compute_dtype
+from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -382,8 +382,10 @@ class RolePolicy:
 
     def release_copies(self) -> None:
         """Free the generation copies before an update: its activations then reuse their memory instead of
-        adding to it (SmolLM2-135M: ~0.9 GB of bf16 copies), and they are rebuilt at the next generation."""
+        adding to it (SmolLM2-135M: ~0.9 GB of bf16 copies), and they are rebuilt at the next generation. The freed
+        pages go back to the OS (`return_free_memory`), as the update's activations do after each micro-batch."""
         self.copies.release()
+        return_free_memory()
 
     @contextmanager
     def generating_as(self, role: str, dtype: torch.dtype) -> Iterator[PreTrainedModel]:

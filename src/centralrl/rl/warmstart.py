@@ -54,7 +54,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from centralrl.assembly import load_model
 from centralrl.config import ROLES, Config, LoraConfig, WarmstartConfig
 from centralrl.errors import DataError
-from centralrl.hardware import compute_dtype
+from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness import prompts as P
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, parse_answer, parse_central, parse_note
@@ -308,6 +308,7 @@ def supervised_finetune(
                         hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
                         part = target_loss(hidden, head, labels) * (sum(len(t.target_ids) for t in group) / tokens)
                     part.backward()
+                    return_free_memory()  # as the GRPO update: the freed activations
                     loss += part.item()
                 torch.nn.utils.clip_grad_norm_(trainable, 1.0)
                 optimizer.step()
