@@ -46,6 +46,13 @@ def test_queries_without_known_terms_return_nothing(index):
     assert index.search(["zebra", "the of a", ""], k=3) == [[], [], []]
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_batch_of_stop_word_queries_returns_nothing_instead_of_failing(backend):
+    # a model's sub-questions can be empty or only stop words; bm25s (numba) raises on a batch without a token
+    index = Bm25sIndex.build(PASSAGES, k1=1.2, b=0.75, stemming=True, backend=backend)
+    assert index.search(["", "the of a"], 3) == [[], []]
+
+
 def test_k_larger_than_corpus(index):
     assert len(index.search(["Telmarra Oshvania Okosi Ember"], k=50)[0]) == 4
 

@@ -124,9 +124,10 @@ class Bm25sIndex:
         if not queries:
             return []
         k = min(k, len(self.passages))
-        documents, scores = self.model.retrieve(
-            tokenize(queries, self.stemming), k=k, show_progress=False, n_threads=1
-        )
+        tokens = tokenize(queries, self.stemming)
+        if not any(tokens):  # only stop words (a model can ask "the of a"): bm25s refuses such a batch outright
+            return [[] for _ in queries]
+        documents, scores = self.model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
         return [self._hits(row_docs, row_scores) for row_docs, row_scores in zip(documents, scores)]
 
     def _hits(self, documents: np.ndarray, scores: np.ndarray) -> list[Hit]:
