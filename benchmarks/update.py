@@ -127,13 +127,16 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
     return {"tokens": tokens}
 
 
-@contextlib.contextmanager
-def heap_kept():
-    """Inside: the update and the warm start leave freed memory in the heap (`return_free_memory` a no-op)."""
-    with contextlib.ExitStack() as stack:
-        for module in (trainer_module, warmstart_module):
-            stack.enter_context(mock.patch.object(module, "return_free_memory", lambda: False))
-        yield
+def heap_kept(fn: Callable) -> Callable:
+    """`fn` with the update and the warm start leaving freed memory in the heap (`return_free_memory` a no-op)."""
+
+    def run(*args):
+        with contextlib.ExitStack() as stack:
+            for module in (trainer_module, warmstart_module):
+                stack.enter_context(mock.patch.object(module, "return_free_memory", lambda: False))
+            return fn(*args)
+
+    return run
 
 
 def checkpointed(fn: Callable) -> Callable:
@@ -258,18 +261,13 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     for n in args.forward_tokens:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
     settings["new_checkpointed"] = (checkpointed(update), g, True)
-    settings["new_heap_kept"] = (update, g, True)
+    settings["new_heap_kept"] = (heap_kept(update), g, True)
 
-    def path(name, fn, gc_):
-        def run():
-            model.zero_grad(set_to_none=True)
-            with heap_kept() if name.endswith("heap_kept") else contextlib.nullcontext():
-                fn(model, samples, gc_, temperature, pad, denominator)
-
-        return run
+    def path(fn, gc_):
+        return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
 
     model.train()
-    figures = interleaved({name: path(name, fn, gc_) for name, (fn, gc_, _) in settings.items()}, args.rounds)
+    figures = interleaved({name: path(fn, gc_) for name, (fn, gc_, _) in settings.items()}, args.rounds)
     model.zero_grad(set_to_none=True)
     model.eval()
     trained = sum(s.trained_tokens for s in samples)
@@ -308,17 +306,17 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
     settings = {"old": w.model_copy(update={"precision": "float32", "forward_tokens": 10**9}), "new": w}
     settings |= {f"new_ft{n}": w.model_copy(update={"forward_tokens": n}) for n in args.forward_tokens}
     settings["new_checkpointed"] = w.model_copy(update={"activation_checkpointing": True})
-    settings["new_heap_kept"] = w
 
-    def path(name, wcfg):
+    def path(wcfg, finetune=supervised_finetune):
         def run():
             model, tokenizer = load_model(cfg, args.backbone, args.model)
-            with heap_kept() if name.endswith("heap_kept") else contextlib.nullcontext():
-                supervised_finetune(model, tokenizer, chosen, wcfg, cfg.lora)
+            finetune(model, tokenizer, chosen, wcfg, cfg.lora)
 
         return run
 
-    figures = interleaved({name: path(name, wcfg) for name, wcfg in settings.items()}, args.rounds)
+    paths = {name: path(wcfg) for name, wcfg in settings.items()}
+    paths["new_heap_kept"] = path(w, heap_kept(supervised_finetune))
+    figures = interleaved(paths, args.rounds)
     tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
     all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
     for name, f in figures.items():

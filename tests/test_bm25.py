@@ -47,10 +47,13 @@ def test_queries_without_known_terms_return_nothing(index):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_a_batch_of_stop_word_queries_returns_nothing_instead_of_failing(backend):
-    # a model's sub-questions can be empty or only stop words; bm25s (numba) raises on a batch without a token
+def test_stop_word_queries_return_nothing_and_leave_the_others_searched(backend):
+    # a model's sub-questions can be empty or only stop words; bm25s (numba) refuses a batch whose first has no token
     index = Bm25sIndex.build(PASSAGES, k1=1.2, b=0.75, stemming=True, backend=backend)
     assert index.search(["", "the of a"], 3) == [[], []]
+    hits = index.search(["the of a", "Oshvania capital", ""], 3)
+    assert [len(row) for row in (hits[0], hits[2])] == [0, 0]
+    assert hits[1] == index.search(["Oshvania capital"], 3)[0] and hits[1][0].id == "p4"
 
 
 def test_k_larger_than_corpus(index):

@@ -125,10 +125,17 @@ class Bm25sIndex:
             return []
         k = min(k, len(self.passages))
         tokens = tokenize(queries, self.stemming)
-        if not any(tokens):  # only stop words (a model can ask "the of a"): bm25s refuses such a batch outright
-            return [[] for _ in queries]
-        documents, scores = self.model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [self._hits(row_docs, row_scores) for row_docs, row_scores in zip(documents, scores)]
+        # a query of stop words only (a model can ask "the of a") has no tokens and no hits; bm25s's numba path
+        # refuses a batch whose first query has none, so only the others are searched
+        searched = [i for i, query in enumerate(tokens) if query]
+        hits: list[list[Hit]] = [[] for _ in queries]
+        if searched:
+            documents, scores = self.model.retrieve(
+                [tokens[i] for i in searched], k=k, show_progress=False, n_threads=1
+            )
+            for i, row_docs, row_scores in zip(searched, documents, scores):
+                hits[i] = self._hits(row_docs, row_scores)
+        return hits
 
     def _hits(self, documents: np.ndarray, scores: np.ndarray) -> list[Hit]:
         hits = []
