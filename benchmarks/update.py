@@ -19,12 +19,14 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
-Timed in CPU seconds of this process (`time.process_time`, every thread) and wall seconds; the figures are each
-path's fastest round. Peak RSS is per path: freed heap is returned to the system and the kernel's high-water mark
-reset before each run (Linux; elsewhere it is the process's peak so far), so it is the whole process's peak during
-that run, loaded model included (`rss_at_start_gb`: what the run starts from). Drift: the update's log-probs
-(float32 and bfloat16) against the rollout's recorded ones over every trained token, for a float32 rollout and a
-rollout in `harness.precision`.
+`--paths` runs only the named paths (e.g. `--paths new new_heap_kept --rounds 3`: one trade-off, measured with more
+rounds in the same time); speedup keys whose two paths did not both run are left out. Timed in CPU seconds of this
+process (`time.process_time`, every thread) and wall seconds; rounds alternate the order of the paths (ABBA), so no
+path always runs first; the figures are each path's fastest round. Peak RSS is per path: freed heap is returned to
+the system and the kernel's high-water mark reset before each run (Linux; elsewhere it is the process's peak so
+far), so it is the whole process's peak during that run, loaded model included (`rss_at_start_gb`: what the run
+starts from). Drift: the update's log-probs (float32 and bfloat16) against the rollout's recorded ones over every
+trained token, for a float32 rollout and a rollout in `harness.precision`.
 
 Warm start: `supervised_finetune` on the same `--warmstart-steps` x micro_batch_size oracle traces (from
 `warmstart.questions` questions of --questions), with the old settings (float32, one forward per step) and with
@@ -60,9 +62,22 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         help="also run the new update and warm start with these padded positions per forward (peak memory)",
     )
+    parser.add_argument(
+        "--paths", nargs="+", metavar="PATH", help="run only these paths (default: all; names as in the figures)"
+    )
     parser.add_argument("--warmstart-steps", type=count_or_zero, default=4, help="0 skips the warm-start section")
     parser.add_argument("--out", default="benchmarks/results/update.json", help="figures (JSON)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.paths or ()) - set(path_names(args)))
+    if unknown:
+        parser.error(f"--paths: unknown {', '.join(unknown)}; known: {', '.join(path_names(args))}")
+    return args
+
+
+def path_names(args: argparse.Namespace) -> list[str]:
+    """Every path the update or the warm start section can run with these arguments."""
+    fixed = ["old", "new", "new_float32", "new_bfloat16", "new_checkpointed", "new_heap_kept"]
+    return fixed + [f"new_mb{n}" for n in args.micro_batches] + [f"new_ft{n}" for n in args.forward_tokens]
 
 
 if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
@@ -197,10 +212,11 @@ def measured(run: Callable[[], object]) -> dict:
 
 
 def interleaved(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
-    """Every path once per round, in turn; per path its fastest round's seconds and its highest peak RSS."""
+    """Every path once per round, in turn, the order reversed every other round; per path its fastest round's
+    seconds and its highest peak RSS."""
     runs: dict[str, list[dict]] = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, run in paths.items():
+    for round_ in range(rounds):
+        for name, run in list(paths.items())[:: 1 if round_ % 2 == 0 else -1]:
             runs[name].append(measured(run))
             print(f"  {name}: {runs[name][-1]}", flush=True)
     return {
@@ -262,6 +278,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
     settings["new_checkpointed"] = (checkpointed(update), g, True)
     settings["new_heap_kept"] = (heap_kept(update), g, True)
+    settings = selected(settings, args.paths)
 
     def path(fn, gc_):
         return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
@@ -283,20 +300,36 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
             "trained_tokens_per_core_s": round(trained / f["core_seconds"], 2),
             "sequence_tokens_per_s": round(sequence / f["wall_seconds"], 2),
         }
-    old, new = figures["old"], figures["new"]
     return {
         "samples": len(samples),
         "sequence_tokens": sequence,
         "trained_tokens": trained,
         "kl_coef": g.kl_coef,
         "paths": figures,
-        "update_speedup_core_seconds": round(old["core_seconds"] / new["core_seconds"], 3),
-        "update_speedup_wall": round(old["wall_seconds"] / new["wall_seconds"], 3),
-        "update_speedup_trained_tokens_per_s": round(new["trained_tokens_per_s"] / old["trained_tokens_per_s"], 3),
-        "update_speedup_trained_tokens_per_core_s": round(
-            new["trained_tokens_per_core_s"] / old["trained_tokens_per_core_s"], 3
+        **speedups(
+            figures,
+            {
+                "update_speedup_core_seconds": ("old", "new", "core_seconds"),
+                "update_speedup_wall": ("old", "new", "wall_seconds"),
+                "update_speedup_trained_tokens_per_s": ("old", "new", "wall_seconds"),  # same trained tokens
+                "update_speedup_trained_tokens_per_core_s": ("old", "new", "core_seconds"),
+                f"{other}_speedup_core_seconds": ("old", f"new_{other}", "core_seconds"),
+            },
         ),
-        f"{other}_speedup_core_seconds": round(old["core_seconds"] / figures[f"new_{other}"]["core_seconds"], 3),
+    }
+
+
+def selected(settings: dict, names: list[str] | None) -> dict:
+    """The settings named by `--paths` (all when None), in their own order."""
+    return {name: setting for name, setting in settings.items() if names is None or name in names}
+
+
+def speedups(figures: dict, ratios: dict[str, tuple[str, str, str]]) -> dict[str, float]:
+    """key -> slow path's seconds / fast path's, for each (slow, fast, seconds key) whose two paths both ran."""
+    return {
+        key: round(figures[slow][seconds] / figures[fast][seconds], 3)
+        for key, (slow, fast, seconds) in ratios.items()
+        if slow in figures and fast in figures
     }
 
 
@@ -316,7 +349,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
 
     paths = {name: path(wcfg) for name, wcfg in settings.items()}
     paths["new_heap_kept"] = path(w, heap_kept(supervised_finetune))
-    figures = interleaved(paths, args.rounds)
+    figures = interleaved(selected(paths, args.paths), args.rounds)
     tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
     all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
     for name, f in figures.items():
@@ -330,8 +363,13 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
         "full_warmstart_traces": len(traces),
         "full_warmstart_sequence_tokens": all_tokens,
         "paths": figures,
-        "warmstart_speedup_core_seconds": round(figures["old"]["core_seconds"] / figures["new"]["core_seconds"], 3),
-        "warmstart_speedup_wall": round(figures["old"]["wall_seconds"] / figures["new"]["wall_seconds"], 3),
+        **speedups(
+            figures,
+            {
+                "warmstart_speedup_core_seconds": ("old", "new", "core_seconds"),
+                "warmstart_speedup_wall": ("old", "new", "wall_seconds"),
+            },
+        ),
     }
 
 

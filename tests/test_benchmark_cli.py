@@ -109,3 +109,10 @@ def test_help_describes_every_option_and_answers_before_torch_is_imported(script
     entries = done.stdout.split("options:\n")[1].replace("\n" + " " * 24, " ").splitlines()  # one line per option
     undescribed = [line.split()[0] for line in entries if not line[24:].strip()]  # help text starts at column 24
     assert len(entries) > 1 and undescribed == [], done.stdout
+
+
+def test_an_unknown_path_name_is_a_usage_error_listing_the_known_ones():
+    done = bench("update", "--paths", "new", "new_heap_kpt", "--micro-batches", "4")
+    assert done.returncode == 2, done.stderr
+    assert "--paths: unknown new_heap_kpt; known: old, new," in done.stderr
+    assert "new_heap_kept" in done.stderr and "new_mb4" in done.stderr and "Traceback" not in done.stderr
