@@ -278,7 +278,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
     settings["new_checkpointed"] = (checkpointed(update), g, True)
     settings["new_heap_kept"] = (heap_kept(update), g, True)
-    settings = selected(settings, args.paths)
+    settings = selected(settings, args.paths, "update")
 
     def path(fn, gc_):
         return lambda: (model.zero_grad(set_to_none=True), fn(model, samples, gc_, temperature, pad, denominator))
@@ -319,9 +319,12 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     }
 
 
-def selected(settings: dict, names: list[str] | None) -> dict:
-    """The settings named by `--paths` (all when None), in their own order."""
-    return {name: setting for name, setting in settings.items() if names is None or name in names}
+def selected(settings: dict, names: list[str] | None, section: str) -> dict:
+    """The settings named by `--paths` (all when None), in their own order; says so when none is in `section`."""
+    chosen = {name: setting for name, setting in settings.items() if names is None or name in names}
+    if not chosen:
+        print(f"{section}: no path of --paths runs here (its paths: {', '.join(settings)})", flush=True)
+    return chosen
 
 
 def speedups(figures: dict, ratios: dict[str, tuple[str, str, str]]) -> dict[str, float]:
@@ -349,7 +352,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
 
     paths = {name: path(wcfg) for name, wcfg in settings.items()}
     paths["new_heap_kept"] = path(w, heap_kept(supervised_finetune))
-    figures = interleaved(selected(paths, args.paths), args.rounds)
+    figures = interleaved(selected(paths, args.paths, "warm start"), args.rounds)
     tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
     all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
     for name, f in figures.items():
