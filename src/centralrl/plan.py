@@ -212,7 +212,7 @@ def _engine_line(cfg: Config) -> str:
             f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
             f"enforce_eager {str(h.vllm.enforce_eager).lower()})"
         )
-    return "transformers (model.generate)"
+    return "transformers (the decode loop of harness/engine.py)"
 
 
 def _precision_line(cfg: Config) -> str:
