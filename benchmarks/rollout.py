@@ -48,7 +48,6 @@ OLD_VS_NEW = {  # the options only --old-vs-new reads, and their defaults
     "eval_questions": "data/test.jsonl",
     "n_eval": 16,
     "seed": 0,
-    "draft_tokens": 8,
 }
 OTHER_MODES = {"n": 16, "engine": "transformers"}  # the options only the runner modes read
 
@@ -95,11 +94,6 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-questions", help="--old-vs-new: greedy questions (default data/test.jsonl)")
     parser.add_argument("--n-eval", type=count, help="--old-vs-new: greedy questions (taken evenly; default 16)")
     parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
-    parser.add_argument(
-        "--draft-tokens",
-        type=int,
-        help="--old-vs-new: harness.draft_tokens of the *_drafts engines (default 8; 0: no such engines)",
-    )
     parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
     return with_mode_defaults(parser, parser.parse_args(argv))
 
@@ -283,8 +277,7 @@ class OldRolePolicy(RolePolicy):
 class ForwardMeter:
     """Times and counts every forward of one causal LM class (installed on the class, so the PEFT-wrapped model
     under `model.generate`, the model itself and its bf16 copies are all measured). A forward over more than
-    one token per row is a prefill, over one a decode step; so is a forward that keeps the logits of every position
-    it feeds (the new engine's draft-verifying step: a row's last token and its draft)."""
+    one token per row is a prefill, over one a decode step."""
 
     def __init__(self, lm_class: type) -> None:
         self.counts: Counter = Counter()
@@ -297,19 +290,16 @@ class ForwardMeter:
             out = original(module, *args, **kwargs)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            meter.record(kwargs, time.perf_counter() - start)
+            meter.record(kwargs["input_ids"], kwargs.get("attention_mask"), time.perf_counter() - start)
             return out
 
         lm_class.forward = forward
 
-    def record(self, kwargs: dict, seconds: float) -> None:
-        ids, mask, kept = kwargs["input_ids"], kwargs.get("attention_mask"), kwargs.get("logits_to_keep")
+    def record(self, ids: torch.Tensor, mask: torch.Tensor | None, seconds: float) -> None:
         rows, width = ids.shape
-        verifying = torch.is_tensor(kept) and kept.numel() == width  # a draft-verifying decode step
-        kind = "decode" if width == 1 or verifying else "prefill"
+        kind = "prefill" if width > 1 else "decode"
         self.counts[f"{kind}_seconds"] += seconds
         self.counts[f"{kind}_positions"] += rows * width
-        self.counts[f"{kind}_rows"] += rows
         self.counts[f"{kind}_forwards"] += 1
         if mask is not None:
             self.counts[f"{kind}_padded"] += int((mask[:, -width:] == 0).sum())
@@ -387,17 +377,13 @@ def usage(episodes, counts: Counter, wall: float, cpu: float, shape: ModelShape,
         "decode_seconds": round(counts["decode_seconds"], 2),
         "decode_step_ms": round(1000 * counts["decode_seconds"] / max(1, counts["decode_forwards"]), 1),
         "decode_step_bandwidth_floor_ms": round(1000 * weight_bytes / machine["memory_gb_per_s"] / 1e9, 1),
-        "rows_per_decode_step": round(counts["decode_rows"] / max(1, counts["decode_forwards"]), 2),
-        "positions_per_decode_row_step": round(counts["decode_positions"] / max(1, counts["decode_rows"]), 2),
-        "kept_tokens_per_decode_row_step": round(needed_steps / max(1, counts["decode_rows"]), 3),
+        "rows_per_decode_step": round(counts["decode_positions"] / max(1, counts["decode_forwards"]), 2),
         "other_seconds": round(wall - counts["prefill_seconds"] - counts["decode_seconds"], 2),
         "prompt_tokens": sum(len(c.prompt_ids) for c in calls),
         "prefilled_positions": counts["prefill_positions"],
         "padding_share_of_prefilled": round(counts["prefill_padded"] / max(1, counts["prefill_positions"]), 4),
-        "decode_row_steps": counts["decode_rows"],
-        "finished_row_share_of_decode_row_steps": None
-        if counts["decode_positions"] > counts["decode_rows"]  # drafts: a row-step may keep several tokens
-        else round(1 - needed_steps / max(1, counts["decode_rows"]), 4),
+        "decode_row_steps": counts["decode_positions"],
+        "finished_row_share_of_decode_row_steps": round(1 - needed_steps / max(1, counts["decode_positions"]), 4),
         "useful_gflops": round(flops / wall / 1e9, 2),
         "useful_gflops_fraction_of_matmul_peak": round(flops / wall / 1e9 / gflops, 4),
         "tokens_per_s_fraction_of_decode_peak": round(tokens / wall / decode_peak, 4),
@@ -446,7 +432,7 @@ def sampled_rollouts(policies: dict[str, RolePolicy], questions, retriever, cfg,
 
 
 def dtype_of(name: str) -> str:
-    return "bfloat16" if "bf16" in name else "float32"
+    return "bfloat16" if name.endswith("bf16") else "float32"
 
 
 def greedy_side_by_side(policies: dict[str, RolePolicy], questions, retriever, cfg, meter, shape, machine) -> dict:
@@ -461,15 +447,8 @@ def greedy_side_by_side(policies: dict[str, RolePolicy], questions, retriever, c
         figures[name] = usage(done, meter.take(), w, c, shape, machine, dtype_of(name)) | {
             "f1": round(sum(f1(e.prediction, e.question.golden_answers) for e in done) / len(done), 4)
         }
-    against_of = {
-        "new_fp32": "old",
-        "new_bf16": "new_fp32",
-        "new_fp32_drafts": "new_fp32",
-        "new_bf16_drafts": "new_bf16",
-    }
-    for name, against in against_of.items():
-        if name not in answers:
-            continue
+    for name in ("new_fp32", "new_bf16"):
+        against = "old" if name == "new_fp32" else "new_fp32"
         same = sum(a == b for a, b in zip(answers[name], answers[against])) / len(questions)
         figures[f"{name}_answers_identical_to_{against}"] = round(same, 4)
     figures["answers"] = [
@@ -497,17 +476,6 @@ def old_vs_new(cfg, args) -> dict:
         "new_fp32": RolePolicy(model, tokenizer, adapters, batch, precision="float32", eval_precision="float32"),
         "new_bf16": RolePolicy(model, tokenizer, adapters, batch, precision="bfloat16", eval_precision="bfloat16"),
     }
-    for dtype in ("fp32", "bf16") if args.draft_tokens else ():
-        precision = "float32" if dtype == "fp32" else "bfloat16"
-        policies[f"new_{dtype}_drafts"] = RolePolicy(
-            model,
-            tokenizer,
-            adapters,
-            batch,
-            precision=precision,
-            eval_precision=precision,
-            draft_tokens=args.draft_tokens,
-        )
     meter = ForwardMeter(type(causal_lm(model)))
     shape = ModelShape.of(model)
     machine = {
@@ -523,7 +491,6 @@ def old_vs_new(cfg, args) -> dict:
         "steps": args.steps,
         "questions_per_step": args.questions_per_step,
         "group_size": args.group_size,
-        "draft_tokens": args.draft_tokens,
         "temperature": cfg.harness.temperature,
         "sampled": sampled_rollouts(policies, training, retriever, cfg, args, meter, shape, machine),
         "greedy": greedy_side_by_side(policies, evaluation, retriever, cfg, meter, shape, machine),

@@ -401,20 +401,6 @@ class HarnessConfig(Section):
         description="dtype of greedy (evaluation) calls on the transformers engine, same choices; float32 keeps "
         "evaluation on the model itself, as before",
     )
-    copy_attention: Literal["sdpa", "grouped"] = Field(
-        "sdpa",
-        description="attention of the generation copies (a precision other than the model's, e.g. bf16 rollouts): "
-        "sdpa (torch's kernel), or grouped (harness/attention.py: a decode step's queries as matmuls over the "
-        "key/value heads, softmax in float32; faster bf16 decoding on CPUs, other rounding)",
-    )
-    draft_tokens: int = Field(
-        0,
-        ge=0,
-        le=64,
-        description="transformers engine: prompt-lookup draft tokens verified per decode step (tokens a row's "
-        "own prompt or completion continued with after its last 3, 2 or 1 tokens); the same tokens are drawn "
-        "as without, up to the float noise of other matmul shapes, in fewer forwards; 0: off",
-    )
 
 
 class TrackingConfig(Section):

@@ -74,7 +74,6 @@ from centralrl.compute import PhaseClock
 from centralrl.config import HarnessConfig
 from centralrl.errors import BackboneError
 from centralrl.hardware import compute_dtype, return_free_memory
-from centralrl.harness.attention import GROUPED
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.models.adapters import acting_as
 from centralrl.seeding import derive_seed
@@ -125,16 +124,14 @@ def _cache_argument(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
-def _plain_copy(model: PreTrainedModel, dtype: torch.dtype, attention: str = "sdpa") -> PreTrainedModel:
-    """The backbone of `model` in `dtype`, without LoRA layers and without gradients (buffers keep their dtype),
-    its attention `attention` (`harness.copy_attention`: sdpa, or grouped: `harness/attention.py`)."""
+def _plain_copy(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
+    """The backbone of `model` in `dtype`, without LoRA layers and without gradients (buffers keep their dtype)."""
     lm = causal_lm(model)
     memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in lm.parameters()}
     plain = copy.deepcopy(lm, memo)
     for name, module in list(plain.named_modules()):
         if isinstance(module, LoraLayer):
             plain.set_submodule(name, module.get_base_layer())
-    plain.set_attn_implementation(GROUPED if attention == "grouped" else attention)
     return plain.eval()
 
 
@@ -155,9 +152,8 @@ class MergedCopies:
     """Copies of the model to generate from in another dtype: the plain backbone per dtype (kept: the backbone is
     frozen) and one merged copy per (adapter, dtype), dropped by `refresh()` and rebuilt on next use."""
 
-    def __init__(self, model: PreTrainedModel, attention: str = "sdpa") -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
-        self.attention = attention
         self.plain: dict[torch.dtype, PreTrainedModel] = {}
         self.merged: dict[tuple[str, torch.dtype], PreTrainedModel] = {}
 
@@ -171,7 +167,7 @@ class MergedCopies:
 
     def get(self, adapter: str | None, dtype: torch.dtype) -> PreTrainedModel:
         if dtype not in self.plain:
-            self.plain[dtype] = _plain_copy(self.model, dtype, self.attention)
+            self.plain[dtype] = _plain_copy(self.model, dtype)
         if adapter is None:
             return self.plain[dtype]
         if (adapter, dtype) not in self.merged:
@@ -238,20 +234,20 @@ def roomy_cache(config, capacity: int) -> DynamicCache:
     return cache
 
 
-def _forward(lm: PreTrainedModel, ids, mask, positions, cache: DynamicCache, keep: int = 1) -> torch.Tensor:
-    """Logits [B, keep, V] of the last `keep` positions of each row, the cache extended by `ids`. The positions are
-    kept by index (`logits_to_keep` as a tensor gathers a contiguous [B, keep, H]); `logits_to_keep=1` slices a
-    strided view, which torch multiplies with the output head as a batched matmul over B copies of its weight."""
-    width = ids.shape[1]
+def _forward(lm: PreTrainedModel, ids, mask, positions, cache: DynamicCache) -> torch.Tensor:
+    """Logits [B, V] of the last position of each row, the cache extended by `ids`. The last position is kept by
+    index (`logits_to_keep` as a tensor gathers a contiguous [B, 1, H]); `logits_to_keep=1` slices a strided
+    view, which torch multiplies with the output head as a batched matmul over B copies of its weight."""
+    last = torch.tensor([ids.shape[1] - 1], device=ids.device)
     out = lm(
         input_ids=ids,
         attention_mask=mask,
         position_ids=positions,
         use_cache=True,
-        logits_to_keep=torch.arange(width - keep, width, device=ids.device),
+        logits_to_keep=last,
         **{_cache_argument(type(lm)): cache},
     )
-    return out.logits
+    return out.logits[:, -1]
 
 
 def prefill(
@@ -275,7 +271,7 @@ def prefill(
     ids = torch.tensor([[pad] * n + list(rest) for n, rest in zip(pads, distinct)], device=device)
     mask = torch.tensor([[1] * shared + [0] * n + [1] * (width - n) for n in pads], device=device)
     positions = torch.tensor([[1] * n + list(range(shared, shared + width - n)) for n in pads], device=device)
-    logits = _forward(lm, ids, mask, positions, cache)[:, -1]
+    logits = _forward(lm, ids, mask, positions, cache)
     if len(distinct) < len(prompts):
         rows = torch.tensor([distinct.index(tuple(p[shared:])) for p in prompts], device=device)
         cache.reorder_cache(rows)
@@ -293,34 +289,6 @@ def _sample(logprobs: torch.Tensor, generators: list[torch.Generator]) -> torch.
     return token.clamp_max(cdf.shape[-1] - 1)
 
 
-class Drafts:
-    """Prompt lookup (Saxena 2023; transformers' `prompt_lookup_num_tokens`): a row's draft is the tokens that
-    followed the latest earlier occurrence of its text's last n tokens (n = `NGRAM` down to 1) in its own prompt
-    and completion. A retrieval note quotes its passages, an answer its notes, a sub-question its question.
-    `follower` maps each n-gram to where its latest continuation starts, so a lookup is one dict access."""
-
-    NGRAM = 3
-
-    def __init__(self, prompt: Sequence[int]) -> None:
-        self.tokens: list[int] = []
-        self.follower: dict[tuple[int, ...], int] = {}
-        for token in prompt:
-            self.append(token)
-
-    def append(self, token: int) -> None:
-        end = len(self.tokens)
-        for n in range(1, min(self.NGRAM, end) + 1):
-            self.follower[tuple(self.tokens[end - n :])] = end
-        self.tokens.append(token)
-
-    def propose(self, size: int) -> list[int]:
-        for n in range(min(self.NGRAM, len(self.tokens)), 0, -1):
-            start = self.follower.get(tuple(self.tokens[-n:]))
-            if start is not None:
-                return self.tokens[start : start + size]
-        return []
-
-
 @torch.no_grad()
 def decode(
     lm: PreTrainedModel,
@@ -330,78 +298,42 @@ def decode(
     max_new_tokens: int,
     temperature: float,
     stops: Sequence[str],
-    draft_tokens: int = 0,
 ) -> list[tuple[list[int], list[float]]]:
     """Generate for one batch of prompts -> per prompt (ids, log-probs under logits / temperature), each ending
-    at its first `ends_action` token or at `max_new_tokens`. `seeds` None: greedy (temperature ignored).
-
-    `draft_tokens` > 0: each decode step feeds a row its last token and up to that many tokens of its draft
-    (`Drafts`), and reads the logits after each: the row keeps drawing tokens as without drafts (argmax, or one
-    uniform from its generator) while they equal the draft, so a step can yield several tokens and the tokens
-    are those one token a step would give, up to the float noise of the other matmul shapes. The slots of
-    rejected draft tokens stay in the cache, masked out."""
+    at its first `ends_action` token or at `max_new_tokens`. `seeds` None: greedy (temperature ignored)."""
     device = lm.device
     cache, logits, mask = prefill(lm, prompts, tokenizer.pad_token_id, max_new_tokens)
-    logits = logits[:, None]
-    positions = torch.tensor([len(p) - 1 for p in prompts], device=device)  # of the first slot `logits` read
+    positions = torch.tensor([len(p) for p in prompts], device=device)
     generators = None if seeds is None else [torch.Generator(device).manual_seed(s) for s in seeds]
     scale = 1.0 if seeds is None else temperature
     out: list[tuple[list[int], list[float]]] = [([], []) for _ in prompts]
     texts = [""] * len(prompts)
-    drafts = [Drafts(p) for p in prompts] if draft_tokens else None
     live = list(range(len(prompts)))
-    proposed: list[list[int]] = [[] for _ in live]
     while True:
         logprobs = (logits.float() / scale).log_softmax(-1)
-        used = [0] * len(live)  # slots of this step that hold the row's text (its last token, accepted drafts)
-        ended = [False] * len(live)
-        reading = list(range(len(live)))
-        for slot in range(logits.shape[1]):
-            if generators is None:
-                tokens = logits[reading, slot].argmax(-1)  # as generate: the argmax of the raw logits
-            else:
-                tokens = _sample(logprobs[reading, slot], [generators[live[j]] for j in reading])
-            chosen = logprobs[reading, slot].gather(-1, tokens[:, None])[:, 0]
-            accepted = []
-            for j, token, logprob in zip(reading, tokens.tolist(), chosen.tolist()):
-                row = live[j]
-                ids, row_logprobs = out[row]
-                ids.append(token)
-                row_logprobs.append(logprob)
-                used[j] = slot + 1
-                ended[j], texts[row] = ends_action(tokenizer, stops, texts[row], token)
-                ended[j] = ended[j] or len(ids) >= max_new_tokens
-                if drafts:
-                    drafts[row].append(token)
-                if not ended[j] and slot < len(proposed[j]) and token == proposed[j][slot]:
-                    accepted.append(j)
-            reading = accepted
-            if not reading:
-                break
-        keep = [j for j in range(len(live)) if not ended[j]]
+        if generators is None:
+            tokens = logits.argmax(-1)  # as generate: the argmax of the raw logits
+        else:
+            tokens = _sample(logprobs, [generators[i] for i in live])
+        chosen = logprobs.gather(-1, tokens[:, None])[:, 0]
+        keep = []
+        for j, (row, token, logprob) in enumerate(zip(live, tokens.tolist(), chosen.tolist())):
+            ids, logprobs = out[row]
+            ids.append(token)
+            logprobs.append(logprob)
+            ended, texts[row] = ends_action(tokenizer, stops, texts[row], token)
+            if not ended and len(ids) < max_new_tokens:
+                keep.append(j)
         if not keep:
             return out
-        width = logits.shape[1]
-        if width > 1:
-            mask[:, -width:] = torch.arange(width, device=device)[None] < torch.tensor(used, device=device)[:, None]
-        positions = positions + torch.tensor(used, device=device)
         if len(keep) < len(live):
             index = torch.tensor(keep, device=device)
             cache.reorder_cache(index)
-            mask, positions = mask[index], positions[index]
+            mask, positions, tokens = mask[index], positions[index], tokens[index]
             live = [live[j] for j in keep]
-        proposed = [
-            drafts[row].propose(min(draft_tokens, max_new_tokens - len(out[row][0]) - 1)) if drafts else []
-            for row in live
-        ]
-        width = 1 + max(len(p) for p in proposed)
-        last = [out[row][0][-1] for row in live]
-        pad = tokenizer.pad_token_id
-        ids = torch.tensor([[t, *p] + [pad] * (width - 1 - len(p)) for t, p in zip(last, proposed)], device=device)
-        fed = torch.tensor([[1] * (1 + len(p)) + [0] * (width - 1 - len(p)) for p in proposed], device=device)
-        mask = torch.cat([mask, fed.to(mask.dtype)], dim=1)
-        steps = positions[:, None] + torch.arange(width, device=device)[None]
-        logits = _forward(lm, ids, mask, steps, cache, keep=width)
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+        logits = _forward(lm, tokens[:, None], mask, positions[:, None], cache)
+        positions = positions + 1
 
 
 class RolePolicy:
@@ -416,8 +348,6 @@ class RolePolicy:
         clock: PhaseClock | None = None,
         precision: str = "float32",
         eval_precision: str = "float32",
-        draft_tokens: int = 0,
-        copy_attention: str = "sdpa",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -428,8 +358,7 @@ class RolePolicy:
         self.context = model.config.max_position_embeddings  # positions a prompt plus its completion may fill
         self.precision = precision  # sampled calls (training rollouts)
         self.eval_precision = eval_precision  # greedy calls (evaluation)
-        self.draft_tokens = draft_tokens  # prompt-lookup draft tokens verified per decode step (`decode`)
-        self.copies = MergedCopies(model, copy_attention)
+        self.copies = MergedCopies(model)
 
     def encode_chat(self, messages: list[dict], prefill: str = "") -> list[int]:
         """Token ids of a chat with the assistant's turn opened and `prefill` already written in it."""
@@ -487,9 +416,8 @@ class RolePolicy:
                 rows = order[start : start + self.batch_size]
                 seeds = None if greedy else [derive_seed(seed, role, i) for i in rows]
                 batch = [prompts[i] for i in rows]
-                stops = STOP_STRINGS.get(role, [])
                 decoded = decode(
-                    lm, self.tokenizer, batch, seeds, max_new_tokens, temperature, stops, self.draft_tokens
+                    lm, self.tokenizer, batch, seeds, max_new_tokens, temperature, STOP_STRINGS.get(role, [])
                 )
                 for i, (ids, logprobs) in zip(rows, decoded):
                     results[i] = trim_generation(self.tokenizer, prompts[i], ids, logprobs, role)
@@ -531,14 +459,4 @@ def open_policy(
         from centralrl.harness.vllm_engine import VllmRolePolicy
 
         return VllmRolePolicy(model, tokenizer, adapters, model_dir, harness.vllm, harness.batch_size, clock)
-    return RolePolicy(
-        model,
-        tokenizer,
-        adapters,
-        harness.batch_size,
-        clock,
-        harness.precision,
-        harness.eval_precision,
-        harness.draft_tokens,
-        harness.copy_attention,
-    )
+    return RolePolicy(model, tokenizer, adapters, harness.batch_size, clock, harness.precision, harness.eval_precision)
