@@ -241,6 +241,32 @@ def test_the_pooled_se_adds_how_training_varies_over_seeds_by_hand(smoke_params)
     assert result["se_questions"] == pytest.approx(math.sqrt(468.75 / 40), rel=0.05)
     assert result["se"] == pytest.approx(math.hypot(result["se_questions"], 12.5))
     assert result["mde"] == pytest.approx(2.801585 * result["se"])
+    # +2.43 needs a pooled SE of 2.43 / 2.80 = 0.87: the seeds' 12.5 alone exceeds it, so no number of questions
+    assert result["needed_se"] == pytest.approx(0.8674, abs=1e-4) and result["questions_needed"] is None
+    assert (
+        "At 2 seeds no number of test questions would: the seeds' own spread leaves a standard error of 12.50, and "
+        "the published difference needs 0.87 at most; only more seeds would." in _notes(result)[0]
+    )
+
+
+def test_the_questions_needed_are_where_the_published_difference_becomes_detectable(smoke_params):
+    # as above, a - b = 100 on every other question in both seeds: SE = sqrt(2500 / n); the verdict rule's seeds
+    # need 3.21 x SE <= 2.43 (power 0.8^(1/2) each), so n >= 2500 x (3.21 / 2.43)^2 = 4,361 (the pooled test: 3,323)
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    def result(questions):
+        a = {seed: _records([i % 2 for i in range(questions)]) for seed in (0, 1)}
+        return power(load_config(smoke_params), a, {seed: _records([0.0] * questions) for seed in (0, 1)}, "f1")
+
+    needed = result(40)["questions_needed"]
+    assert needed == pytest.approx(4361, rel=0.1)
+    assert (
+        "About {:,} test questions in the same mix (here 40) would, at these 2 seeds.".format(needed)
+        in _notes(result(40))[0]
+    )
+    assert result(2 * round(0.45 * needed))["detectable"] is False
+    assert result(2 * round(0.55 * needed))["detectable"] is True
 
 
 @pytest.mark.parametrize("questions", [40, 6000])

@@ -27,7 +27,7 @@ from dataclasses import asdict
 import numpy as np
 
 from centralrl.attribution import attribution_table
-from centralrl.config import TOPOLOGY_ROLES, ArmConfig, Config
+from centralrl.config import TOPOLOGY_ROLES, ArmConfig, CompareConfig, Config
 from centralrl.errors import DataError
 from centralrl.stats import (
     VERDICT_RULE,
@@ -35,6 +35,7 @@ from centralrl.stats import (
     macro_bootstrap_ci,
     macro_mean,
     minimum_detectable_difference,
+    questions_to_detect,
     paired_difference_ci,
     paired_difference_se,
     paired_permutation_pvalue,
@@ -143,6 +144,10 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       together with probability `compare.power` (seeds answering the same questions do so more often).
     - `detectable`: the published difference is at least the pooled MDE and every seed's `rule_mde`, and no
       seed is decided against it without spread (below).
+    - `questions_needed`: for planning, the test questions (in the same mix, at the same seeds) at which both the
+      pooled MDE and every kept seed's `rule_mde` reach the published difference (`stats.questions_to_detect`:
+      the question SEs shrink as 1/sqrt(questions), the seeds' SE stays); None when the seeds' SE alone exceeds
+      `needed_se`, the SE at which the pooled MDE equals the published difference (then only more seeds would).
 
     A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
     its MDE is None rather than 0. Such a seed is left out of the pooled MDE (`pooled_seeds` lists the seeds
@@ -172,13 +177,14 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     se_seeds = float(np.std(differences, ddof=1) / np.sqrt(len(kept))) if len(kept) > 1 else None
     se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
+    questions = len(next(iter(a.values())))
     blocked = [
         s for s, d in seeds.items() if published is not None and not d["se"] and not d["difference"] * published > 0
     ]
     return {
         "power": c.power,
         "alpha": 1 - c.level,
-        "questions": len(next(iter(a.values()))),
+        "questions": questions,
         "se": se,
         "se_questions": se_questions,
         "se_seeds": se_seeds,
@@ -189,6 +195,30 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         "blocked_seeds": blocked,
         "published": published,
         "detectable": _detectable(published, mde(se), seeds, blocked),
+        **_questions_needed(
+            c, published, questions, (se_questions, se_seeds), [seeds[s]["se"] for s in kept], rule_power
+        ),
+    }
+
+
+def _questions_needed(
+    c: CompareConfig,
+    published: float | None,
+    questions: int,
+    pooled_ses: tuple[float, float | None],
+    seed_ses: Sequence[float],
+    rule_power: float,
+) -> dict:
+    """`needed_se` and `questions_needed` of `power` (both None without a published difference or a spread).
+    `pooled_ses`: the pooled (questions, seeds) SEs; `seed_ses`: each kept seed's SE over questions."""
+    se_questions, se_seeds = pooled_ses
+    if published is None or not se_questions:
+        return {"needed_se": None, "questions_needed": None}
+    pooled = questions_to_detect(published, se_questions, questions, se_seeds, level=c.level, power=c.power)
+    each = [questions_to_detect(published, se, questions, level=c.level, power=rule_power) for se in seed_ses]
+    return {
+        "needed_se": abs(published) / minimum_detectable_difference(1.0, level=c.level, power=c.power),
+        "questions_needed": None if pooled is None else max(pooled, *each),
     }
 
 

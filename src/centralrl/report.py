@@ -135,7 +135,7 @@ def _detection(power: Mapping) -> str:
     opening = f"this experiment {verb} have detected the published {published:+.2f}: "
     if mde > abs(published) or power["detectable"]:
         rule = f"; each seed alone, as the verdict rule asks, needs {worst:.2f}" if len(seeds) > 1 and worst else ""
-        return opening + f"its minimum detectable difference at {size} is {mde:.2f}{rule}."
+        return opening + f"its minimum detectable difference at {size} is {mde:.2f}{rule}." + _planning(power)
     if against:
         return opening + (
             f"seed {', '.join(against)} has no spread and a difference of "
@@ -144,7 +144,25 @@ def _detection(power: Mapping) -> str:
         )
     return opening + (
         f"the seed-averaged difference's minimum detectable difference at {size} is {mde:.2f}, but the verdict rule "
-        f"asks every seed's interval to exclude 0, and a seed alone needs {worst:.2f}."
+        f"asks every seed's interval to exclude 0, and a seed alone needs {worst:.2f}." + _planning(power)
+    )
+
+
+def _planning(power: Mapping) -> str:
+    """What would have detected the published difference that this experiment could not: how many test questions,
+    or, when the seeds' spread alone is too large for any number, more seeds (`compare.power`)."""
+    if power["detectable"] or power["needed_se"] is None:
+        return ""
+    seeds = len(power["pooled_seeds"])
+    if power["questions_needed"] is None:
+        return (
+            f" At {seeds} seeds no number of test questions would: the seeds' own spread leaves a standard error of "
+            f"{power['se_seeds']:.2f}, and the published difference needs {power['needed_se']:.2f} at most; only "
+            "more seeds would."
+        )
+    return (
+        f" About {power['questions_needed']:,} test questions in the same mix (here {power['questions']}) would, "
+        f"at these {seeds} seeds."
     )
 
 

@@ -18,12 +18,16 @@ seed (`numpy.random.default_rng(seed)`):
   paired difference (questions resampled with the same indices for both arms and every seed) and the smallest
   true difference a two-sided test at level `level` finds with probability `power`, (z_{1-alpha/2} + z_power) * SE
   (the normal approximation of a power analysis; about 2.80 * SE at alpha 0.05 and power 0.8).
+- `questions_to_detect`: the number of questions at which that difference reaches a target, the questions'
+  standard error shrinking as 1/sqrt(questions) and the seeds' part of it held (None when that part alone is
+  too large: then no number of questions would do, only more seeds).
 
 Percentile intervals use `np.quantile` (linear method) at (1 - level)/2 and 1 - (1 - level)/2.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -257,3 +261,27 @@ def minimum_detectable_difference(se: float, *, level: float = 0.95, power: floa
         raise ValueError(f"se must be >= 0, got {se}")
     z = NormalDist().inv_cdf
     return (z(1 - (1 - level) / 2) + z(power)) * se
+
+
+def questions_to_detect(
+    target: float,
+    se_questions: float,
+    questions: int,
+    se_seeds: float | None = None,
+    *,
+    level: float = 0.95,
+    power: float = 0.8,
+) -> int | None:
+    """Questions at which the minimum detectable difference reaches |`target`|: the SE over questions is
+    `se_questions` at `questions` and shrinks as 1/sqrt(questions); the seeds' `se_seeds` (None: not measured)
+    stays. None when `se_seeds` alone leaves no room: no number of questions would reach the target.
+
+    >>> questions_to_detect(2 * minimum_detectable_difference(1.0), 4.0, 24)  # SE 4 -> 2: 4x the questions
+    96
+    >>> questions_to_detect(2.43, 4.0, 24, se_seeds=1.0) is None  # 2.43 needs SE <= 0.87; the seeds give 1.0
+    True
+    """
+    if not se_questions > 0 or questions < 1:
+        raise ValueError(f"se_questions must be > 0 and questions >= 1, got {se_questions} and {questions}")
+    allowed = (abs(target) / minimum_detectable_difference(1.0, level=level, power=power)) ** 2 - (se_seeds or 0) ** 2
+    return math.ceil(questions * se_questions**2 / allowed - 1e-9) if allowed > 0 else None
