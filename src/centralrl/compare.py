@@ -147,7 +147,8 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     - `questions_needed`: for planning, the test questions (in the same mix, at the same seeds) at which both the
       pooled MDE and every kept seed's `rule_mde` reach the published difference (`stats.questions_to_detect`:
       the question SEs shrink as 1/sqrt(questions), the seeds' SE stays); None when the seeds' SE alone exceeds
-      `needed_se`, the SE at which the pooled MDE equals the published difference (then only more seeds would).
+      `needed_se`, the SE at which the pooled MDE equals the published difference (then more seeds would; more
+      questions shrink only the part of the seeds' spread that is question noise).
 
     A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
     its MDE is None rather than 0. Such a seed is left out of the pooled MDE (`pooled_seeds` lists the seeds

@@ -156,9 +156,9 @@ def _planning(power: Mapping) -> str:
     seeds = len(power["pooled_seeds"])
     if power["questions_needed"] is None:
         return (
-            f" At {seeds} seeds no number of test questions would: the seeds' own spread leaves a standard error of "
-            f"{power['se_seeds']:.2f}, and the published difference needs {power['needed_se']:.2f} at most; only "
-            "more seeds would."
+            f" At {seeds} seeds more test questions alone would not, while the seeds' differences spread as here: "
+            f"their spread leaves a standard error of {power['se_seeds']:.2f} (part of it question noise, which "
+            f"more questions would shrink), and the published difference needs {power['needed_se']:.2f} at most."
         )
     return (
         f" About {power['questions_needed']:,} test questions in the same mix (here {power['questions']}) would, "
