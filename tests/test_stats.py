@@ -262,8 +262,7 @@ def test_the_questions_needed_are_where_the_published_difference_becomes_detecta
     needed = result(40)["questions_needed"]
     assert needed == pytest.approx(4361, rel=0.1)
     assert (
-        "About {:,} test questions in the same mix (here 40) would, at these 2 seeds.".format(needed)
-        in _notes(result(40))[0]
+        f"About {needed:,} test questions in the same mix (here 40) would, at these 2 seeds." in _notes(result(40))[0]
     )
     assert result(2 * round(0.45 * needed))["detectable"] is False
     assert result(2 * round(0.55 * needed))["detectable"] is True

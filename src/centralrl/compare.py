@@ -35,10 +35,10 @@ from centralrl.stats import (
     macro_bootstrap_ci,
     macro_mean,
     minimum_detectable_difference,
-    questions_to_detect,
     paired_difference_ci,
     paired_difference_se,
     paired_permutation_pvalue,
+    questions_to_detect,
     seed_spread,
     verdict,
 )
