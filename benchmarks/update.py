@@ -92,18 +92,16 @@ import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
 import torch
 
 from centralrl.assembly import fresh_policy, load_model
 from centralrl.config import Config, GrpoConfig, load_config
-from centralrl.hardware import compute_dtype, return_free_memory
+from centralrl.hardware import compute_dtype, return_free_memory, set_memory_return
 from centralrl.harness.engine import open_policy
 from centralrl.io import write_json
 from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval import open_retriever
-from centralrl.rl import trainer as trainer_module, warmstart as warmstart_module
 from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
 from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
 from centralrl.rl.warmstart import build_traces, supervised_finetune
@@ -143,13 +141,14 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
 
 
 def heap_kept(fn: Callable) -> Callable:
-    """`fn` with the update and the warm start leaving freed memory in the heap (`return_free_memory` a no-op)."""
+    """`fn` with the update and the warm start leaving freed memory in the heap (`return_memory: false`)."""
 
     def run(*args):
-        with contextlib.ExitStack() as stack:
-            for module in (trainer_module, warmstart_module):
-                stack.enter_context(mock.patch.object(module, "return_free_memory", lambda: False))
+        set_memory_return(False)
+        try:
             return fn(*args)
+        finally:
+            set_memory_return(True)
 
     return run
 

@@ -87,11 +87,12 @@ def _prepare(params: str, argv: list[str], tracked: bool) -> None:
     """Validate the whole params file, check the tracking server when the stage logs to one (before its work,
     not after), and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
-    from centralrl.hardware import set_threads
+    from centralrl.hardware import set_memory_return, set_threads
     from centralrl.services import check_reachable
 
     cfg = load_config(params)
     set_threads(cfg.threads)
+    set_memory_return(cfg.return_memory)
     if tracked:
         check_reachable(cfg.tracking.uri)
     for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:

@@ -1,4 +1,4 @@
-"""What a process may use: cgroup CPU quotas, the threads param, the precision param."""
+"""What a process may use: cgroup CPU quotas, the threads param, the precision param, the return_memory param."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from centralrl import hardware
 from centralrl.errors import ConfigError
 from centralrl.hardware import cgroup_cpu_limit, compute_dtype, set_threads
+from conftest import write_params
 
 
 @pytest.mark.parametrize(("text", "cpus"), [("200000 100000\n", 2), ("50000 100000", 1), ("max 100000", None)])
@@ -56,7 +57,8 @@ def _rss_mb() -> float:
 
 
 @pytest.mark.skipif(not hardware.return_free_memory(), reason="no glibc malloc_trim in this C library")
-def test_freed_tensors_held_in_the_heap_go_back_to_the_os():
+@pytest.mark.parametrize("enabled", [True, False])  # `return_memory` in params
+def test_freed_tensors_held_in_the_heap_go_back_to_the_os(enabled):
     # tensors of 1 MB come from glibc's heap once a freed 16 MB block has raised its mmap threshold; one kept
     # above them pins the heap's top, so freeing them returns nothing by itself: the case of the update's
     # activations, freed between micro-batches under the optimizer's and the cache's live tensors
@@ -66,6 +68,24 @@ def test_freed_tensors_held_in_the_heap_go_back_to_the_os():
     pinned = torch.ones(2**18)
     del blocks
     held = _rss_mb()
-    hardware.return_free_memory()
-    assert held - _rss_mb() > 128, "malloc_trim returned less than half of the 256 MB freed"
+    hardware.set_memory_return(enabled)
+    try:
+        assert hardware.return_free_memory() is enabled
+    finally:
+        hardware.set_memory_return(True)
+    if enabled:
+        assert held - _rss_mb() > 128, "malloc_trim returned less than half of the 256 MB freed"
+    else:
+        assert held - _rss_mb() < 32, "return_memory is off, yet the heap shrank"
     assert pinned.sum() == 2**18
+
+
+def test_a_stage_applies_return_memory_from_params(tmp_path):
+    from stages.cli import _prepare
+
+    threads = torch.get_num_threads()
+    try:
+        _prepare(str(write_params(tmp_path, {"return_memory": False, "threads": threads})), [], tracked=False)
+        assert hardware.return_free_memory() is False
+    finally:
+        hardware.set_memory_return(True)

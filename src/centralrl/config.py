@@ -721,6 +721,11 @@ class Config(Section):
         description="torch CPU threads of every stage: auto = the CPUs this process may use (affinity and cgroup "
         "quota); 1 when several stages or tests share a small machine",
     )
+    return_memory: bool = Field(
+        True,
+        description="give freed heap memory back to the OS after each update and warm-start micro-batch (glibc "
+        "malloc_trim): 0.3-1.1 GB less peak RSS for 10-22% more update time; the same results either way",
+    )
 
     @field_validator("threads", mode="before")
     @classmethod

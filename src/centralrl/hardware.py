@@ -17,7 +17,8 @@ on a loaded 2-core machine two threads per process ran decode steps 10-30x slowe
 
 `return_free_memory()` hands the C heap's free pages back to the operating system (glibc's `malloc_trim`; a no-op
 elsewhere). Freed tensors below glibc's mmap threshold stay in the heap: without it, the train stage's peak RSS
-holds the freed generation copies and the update's activations together.
+holds the freed generation copies and the update's activations together. `set_memory_return(enabled)` applies
+`return_memory` from params: off, it does nothing (faster, more memory; the same results either way).
 """
 
 from __future__ import annotations
@@ -123,9 +124,20 @@ def _malloc_trim():
         return None
 
 
+_return_memory = True  # `return_memory` from params (`set_memory_return`)
+
+
+def set_memory_return(enabled: bool) -> None:
+    """Apply `return_memory` from params: whether `return_free_memory` gives free heap pages back to the OS."""
+    global _return_memory
+    _return_memory = enabled
+
+
 def return_free_memory() -> bool:
-    """Return the heap's free pages to the OS (see the module docstring); False where the C library cannot."""
+    """Return the heap's free pages to the OS (see the module docstring); False where the C library cannot or
+    `return_memory` is off."""
     trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-    return trim is not None
+    if trim is None or not _return_memory:
+        return False
+    trim(0)
+    return True
