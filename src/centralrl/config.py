@@ -724,7 +724,7 @@ class Config(Section):
     return_memory: bool = Field(
         True,
         description="give freed heap memory back to the OS after each update and warm-start micro-batch (glibc "
-        "malloc_trim): 0.3-1.1 GB less peak RSS for 10-22% more update time; the same results either way",
+        "malloc_trim): 0.3-1.1 GB less peak RSS for 0-25% more update time; the same results either way",
     )
 
     @field_validator("threads", mode="before")
