@@ -335,8 +335,9 @@ def test_the_report_shows_each_runs_reward_rise_idle_steps_and_dev_f1():
         for i, (r, g) in enumerate(zip(rewards, informative))
     ]
     rows[0]["dev.f1@start"], rows[3]["dev.f1"], rows[7]["dev.f1"] = 0.25, 0.3, 0.5
-    table = "\n".join(rise_section({"main": {"joint": {0: rows}, "central_only": {0: rows[:1]}}}, 0.95, 0.8))
+    table = "\n".join(rise_section({"main": {"joint": {0: rows}, "central_only": {0: rows[:1]}}}, 0.95, 0.8, 0.1))
     # quarters of 2 steps: (0.1 + 0.3) / 2 and (0.5 + 0.7) / 2; steps 3 and 7 had no informative group.
-    # noise: the SD of the 8 rewards (0.2449) x sqrt(2 / 2); detectable: (1.9600 + 0.8416) x noise
-    assert "| main | joint | 0 | 8 | 0.200 | 0.600 | +0.400 | 0.245 | 0.686 | 2 | 0.25 -> 0.50 |" in table
-    assert "| main | central_only | 0 | 1 | 0.100 | 0.100 | +0.000 | - | - | 0 | 0.25 -> 0.25 |" in table  # one step
+    # noise: the SD of the 8 rewards (0.2449) x sqrt(2 / 2); detectable: (1.9600 + 0.8416) x noise. A rise of 0.1
+    # needs quarters of q steps with 0.686 x sqrt(1 / q) <= 0.1: q = 2 x 6.861^2 = 94.1 -> 95, so 380 steps
+    assert "| main | joint | 0 | 8 | 0.200 | 0.600 | +0.400 | 0.245 | 0.686 | 380 | 2 | 0.25 -> 0.50 |" in table
+    assert "| main | central_only | 0 | 1 | 0.100 | 0.100 | +0.000 | - | - | - | 0 | 0.25 -> 0.25 |" in table

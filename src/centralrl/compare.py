@@ -365,6 +365,7 @@ def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: 
         "rule": VERDICT_RULE,
         "level": cfg.compare.level,
         "power": cfg.compare.power,
+        "rise": cfg.compare.rise,
         "published": PUBLISHED,
         "backbones": {},
     }

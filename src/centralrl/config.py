@@ -666,6 +666,13 @@ class CompareConfig(Section):
         description="power of the minimum detectable difference the report prints beside the published effect "
         "(two-sided, alpha = 1 - level)",
     )
+    rise: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="training-reward rise (0-1) the report sizes runs for: the steps a run would need to detect it "
+        "at its own step-to-step spread",
+    )
 
 
 class Config(Section):

@@ -273,10 +273,24 @@ def rise_noise(rows: list[Mapping[str, float]]) -> float | None:
     return statistics.stdev(rewards) * math.sqrt(2 / quarter) if len(rewards) > 1 else None
 
 
-def rise_section(histories: Mapping, level: float, power: float) -> list[str]:
-    """Per run: its reward in the first and last quarter of steps, the rise's noise and the rise it could detect,
-    the steps with no informative group (every group's rewards equal: nothing to learn from), and dev F1 at the
-    start and at its last score."""
+def steps_to_detect(rows: list[Mapping[str, float]], rise: float, level: float, power: float) -> int | None:
+    """Steps a run would need for `rise` to be its detectable rise, at its own step-to-step spread s: quarters of
+    q steps with (z_(1-alpha/2) + z_power) x s x sqrt(2 / q) <= rise. None below 2 steps.
+
+    >>> steps_to_detect([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)], 0.1, 0.95, 0.8)
+    380
+    """
+    rewards, _ = _rewards_and_quarter(rows)
+    if len(rewards) < 2:
+        return None
+    spread = minimum_detectable_difference(statistics.stdev(rewards), level=level, power=power)
+    return 4 * max(1, math.ceil(2 * (spread / rise) ** 2))
+
+
+def rise_section(histories: Mapping, level: float, power: float, rise: float) -> list[str]:
+    """Per run: its reward in the first and last quarter of steps, the rise's noise, the rise it could detect and
+    the steps it would need to detect `rise`, the steps with no informative group (every group's rewards equal:
+    nothing to learn from), and dev F1 at the start and at its last score."""
     lines = [
         "## Did the training reward rise?",
         "",
@@ -284,13 +298,15 @@ def rise_section(histories: Mapping, level: float, power: float) -> list[str]:
         "A step's reward depends on which questions it drew: *noise* is the standard error the rise would have if "
         "the policy never changed (the spread of the run's step rewards times sqrt(2 / steps per quarter)), and "
         f"*detectable* the rise this run finds with {power:.0%} power at a two-sided {1 - level:.0%} level "
-        "(a rise below it may be learning or the draw). Steps with no informative group had equal rewards in every "
+        f"(a rise below it may be learning or the draw); *steps for +{rise:.2f}*: how many steps, in quarters as "
+        f"here, the run would need at the same spread for a rise of {rise:.2f} to be detectable (`compare.rise`). "
+        "Steps with no informative group had equal rewards in every "
         "group: GRPO learns nothing from them. Dev F1: the held-out training questions, greedy, at the start and "
         "at the last dev score.",
         "",
         "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | noise | detectable "
-        "| steps with no informative group | dev F1 start -> end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| steps for +{rise:.2f} | steps with no informative group | dev F1 start -> end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, runs in histories.items():
         for arm, seeds in runs.items():
@@ -298,12 +314,14 @@ def rise_section(histories: Mapping, level: float, power: float) -> list[str]:
                 first, last = reward_rise(rows)
                 noise = rise_noise(rows)
                 detectable = None if noise is None else minimum_detectable_difference(noise, level=level, power=power)
+                needed = steps_to_detect(rows, rise, level, power)
+                needed_text = "-" if needed is None else f"{needed:,}"
                 idle = sum(1 for row in rows if not row.get("informative_groups"))
                 dev = dev_points(rows)
                 dev_text = f"{dev[0][2]:.2f} -> {dev[-1][2]:.2f}" if dev else "-"
                 lines.append(
                     f"| {backbone} | {arm} | {seed} | {len(rows)} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
-                    f"| {_number(noise)} | {_number(detectable)} | {idle} | {dev_text} |"
+                    f"| {_number(noise)} | {_number(detectable)} | {needed_text} | {idle} | {dev_text} |"
                 )
     return lines + [""]
 
@@ -483,7 +501,7 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + gains_section(result)
-    lines += rise_section(histories, result["level"], result["power"]) + spending_section(result)
+    lines += rise_section(histories, result["level"], result["power"], result["rise"]) + spending_section(result)
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):
