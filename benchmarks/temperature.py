@@ -7,7 +7,9 @@ and the mean sampled reward per temperature, on the dev split, from the starting
 A group of G sampled episodes with equal rewards has zero advantage everywhere and trains nothing (such steps
 are skipped: `centralrl.rl.trainer`). Too hot, a small model's samples are all wrong (rewards all 0); too cold,
 they are all the greedy answer. Every temperature runs the same dev questions with the same seeds; the greedy
-F1 on them is printed beside. Figures go to --out as JSON. Uses the dev split only, never the test split.
+F1 on them is printed beside. `--greedy-roles retrieval conclusion` samples the central agent alone, as a
+central-only rollout under `train.grpo.frozen_roles: greedy` does. Figures go to --out as JSON. Uses the dev
+split only, never the test split.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=[0.5, 0.7, 1.0],
         help="sampling temperatures compared",
+    )
+    parser.add_argument(
+        "--greedy-roles",
+        nargs="*",
+        choices=["central", "retrieval", "conclusion"],
+        default=[],
+        help="roles decoded greedily while the others sample (train.grpo.frozen_roles: greedy plays an arm's "
+        "frozen roles so): with retrieval and conclusion, the signal the central agent's own samples give",
     )
     parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
     parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
@@ -100,6 +110,7 @@ def main(args: argparse.Namespace) -> None:
         "question_types": cfg.data.synthetic.question_types,
         "harness_precision": cfg.harness.precision,
         "seeds": args.seeds,
+        "greedy_roles": args.greedy_roles,
         "dev_questions": len(dev),
         "group_size": cfg.train.grpo.group_size,
         "greedy_f1": greedy["reward_mean"],
@@ -112,7 +123,7 @@ def main(args: argparse.Namespace) -> None:
                 policy,
                 retriever,
                 dev,
-                dataclasses.replace(run_settings(cfg, greedy=False, seed=seed), temperature=temperature),
+                dataclasses.replace(run_settings(cfg, False, seed, args.greedy_roles), temperature=temperature),
                 cfg.train.grpo.group_size,
             )
             for seed in range(args.seeds)

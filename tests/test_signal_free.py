@@ -261,3 +261,23 @@ def test_stratified_steps_hold_each_benchmarks_share_and_uniform_ones_need_not(t
     assert all(set(step) <= even for step in stratified)
     assert {step[0] for step in stratified} == even  # the odd question goes to either type (per_step 3)
     assert any(not set(step) <= even for step in mixes("uniform"))
+
+
+@pytest.mark.parametrize("frozen_roles", ["greedy", "sampled"])
+def test_frozen_roles_play_greedily_in_rollouts_when_asked_and_trained_ones_still_sample(
+    tiny_backbone, tmp_path, frozen_roles
+):
+    """`frozen_roles: greedy`: every call of a role the arm does not train is what greedy decoding gives on its
+    prompt (as evaluation plays it), while the trained role samples; `sampled`: frozen roles sample too."""
+    trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"frozen_roles": frozen_roles})
+    calls = [c for e in trainer.rollout() for c in e.calls]
+    policy, budgets = trainer.policy, trainer.cfg.harness.max_new_tokens
+
+    def as_greedy(role):
+        played = [c for c in calls if c.role == role]
+        greedy = policy.generate(role, [list(c.prompt_ids) for c in played], getattr(budgets, role), greedy=True)
+        return [c.completion_ids == g.completion_ids for c, g in zip(played, greedy)]
+
+    frozen = as_greedy("conclusion")
+    assert all(frozen) if frozen_roles == "greedy" else not all(frozen)
+    assert not all(as_greedy("central"))

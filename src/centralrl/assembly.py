@@ -8,6 +8,7 @@ them loads a backbone, attaches adapters and picks a device the same way. Questi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -60,8 +61,9 @@ def fresh_policy(
     return open_policy(cfg.harness, attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, model_dir)
 
 
-def run_settings(cfg: Config, greedy: bool, seed: int) -> RunSettings:
-    """How a batch of episodes runs under `harness` and `retrieval.top_k`: greedy, or sampled from `seed`."""
+def run_settings(cfg: Config, greedy: bool, seed: int, greedy_roles: Iterable[str] = ()) -> RunSettings:
+    """How a batch of episodes runs under `harness` and `retrieval.top_k`: greedy, or sampled from `seed` (but
+    `greedy_roles` greedy)."""
     h = cfg.harness
     return RunSettings(
         h.max_turns,
@@ -71,4 +73,5 @@ def run_settings(cfg: Config, greedy: bool, seed: int) -> RunSettings:
         greedy=greedy,
         temperature=h.temperature,
         seed=seed,
+        greedy_roles=frozenset(greedy_roles),
     )

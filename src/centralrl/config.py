@@ -537,6 +537,12 @@ class GrpoConfig(Section):
         "variance, roll out questions_per_step new questions more, at most this many times; every draw's rollout "
         "counts in the step's spending; 0: never",
     )
+    frozen_roles: Literal["sampled", "greedy"] = Field(
+        "sampled",
+        description="how a training rollout plays the roles the arm does not train: sampled at harness.temperature "
+        "as the trained ones, or greedy, as evaluation plays them, so a group's rewards differ only by what the "
+        "trained roles chose",
+    )
     updates_per_rollout: int = Field(
         1,
         ge=1,

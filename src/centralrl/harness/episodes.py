@@ -104,12 +104,14 @@ class RunSettings:
     greedy: bool
     temperature: float = 1.0
     seed: int = 0
+    greedy_roles: frozenset[str] = frozenset()  # in a sampled run, these roles decode greedily
 
 
 def _generate(
     policy: RolePolicy, role: str, prompts: list[list[int]], budget: int, s: RunSettings, *where
 ) -> list[Generation]:
-    return policy.generate(role, prompts, budget, s.greedy, s.temperature, derive_seed(s.seed, role, *where))
+    greedy = s.greedy or role in s.greedy_roles
+    return policy.generate(role, prompts, budget, greedy, s.temperature, derive_seed(s.seed, role, *where))
 
 
 def _central_turn(

@@ -4,7 +4,8 @@ One step: sample `questions_per_step` training questions (seeded by step; by def
 benchmarks, `question_sampling`), run G sampled episodes each with the current adapters, reward each episode
 (`rewards.outcome_reward`), compute group-normalised advantages, and turn every call of a trainable role into a
 training sequence: its prompt ids (masked) and its completion ids (trained), all carrying the episode's advantage.
-Frozen roles' calls, prompts and retrieved passages never enter the loss. The loss per token is the clipped ratio
+Frozen roles' calls, prompts and retrieved passages never enter the loss; they sample like the trained roles, or
+decode greedily, as evaluation plays them, under `frozen_roles: greedy`. The loss per token is the clipped ratio
 objective plus beta * KL(k3) to the starting policy, whose log-probs come from the same model with adapters
 disabled (no second copy in memory); tokens are normalised over the whole batch (or per sequence), gradients
 clipped, AdamW with a LambdaLR schedule.
@@ -52,7 +53,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
-from centralrl.config import Config, GrpoConfig
+from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig
 from centralrl.distributed import World
 from centralrl.harness.engine import RolePolicy
 from centralrl.hardware import compute_dtype, return_free_memory
@@ -236,7 +237,14 @@ class Trainer:
     def settings(self, draw: int = 0) -> RunSettings:
         # each process samples with its own stream; one process keeps the seeds it always had
         where = (("rank", self.world.rank) if self.world.size > 1 else ()) + (("draw", draw) if draw else ())
-        return run_settings(self.cfg, greedy=False, seed=derive_seed(self.seed, "rollout", self.step, *where))
+        seed = derive_seed(self.seed, "rollout", self.step, *where)
+        return run_settings(self.cfg, False, seed, self.greedy_roles())
+
+    def greedy_roles(self) -> list[str]:
+        """The roles a rollout decodes greedily: the frozen ones (no adapter) under `frozen_roles: greedy`."""
+        if self.cfg.train.grpo.frozen_roles == "sampled":
+            return []
+        return [role for role in TOPOLOGY_ROLES[self.topology] if self.policy.adapters.get(role) is None]
 
     def draws(self) -> list[list[Question]]:
         """The step's question draws (the same in every process): questions_per_step questions, then as many
