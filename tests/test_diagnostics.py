@@ -1,6 +1,6 @@
 """The diagnostic benchmarks on the smoke world's questions and bm25s index: headroom.py swaps perfect roles into
 the real harness (a tiny random Qwen2 plays the start's roles); temperature.py finds which benchmarks' groups give
-GRPO a signal."""
+GRPO a signal; overfit.py trains on the same few questions every step."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from test_harness import FROZEN, ScriptedPolicy, settings
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import headroom  # noqa: E402 (scripts of benchmarks/, found through the path above)
+import overfit  # noqa: E402
 import temperature  # noqa: E402
 
 
@@ -86,3 +87,29 @@ def test_informative_groups_are_counted_per_benchmark(world):
         "synth-2hop": {"informative_share": 0.0, "reward_mean": 0.0},
     }
     assert (figures["informative_share"], figures["reward_mean"]) == (0.5, 0.25)
+
+
+def test_overfit_rolls_out_the_same_questions_every_step_and_its_reward_rises_on_the_toy_task(tiny_backbone, tmp_path):
+    import torch
+
+    from centralrl.config import load_config
+    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.models.backbone import load_backbone
+    from centralrl.retrieval.bm25 import Bm25sIndex
+    from centralrl.schema import Passage
+    from conftest import TOY, toy_questions, write_params
+
+    grpo = {"questions_per_step": 1, "group_size": 8, "learning_rate": 0.05, "kl_coef": 0.0}
+    cfg = load_config(write_params(tmp_path, {**TOY, "train": {"grpo": grpo}}))
+    model, tokenizer = load_backbone(tiny_backbone)
+    adapters = role_adapters(["conclusion"], "per_role")
+    torch.manual_seed(0)
+    policy = RolePolicy(attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, 32)
+    index = Bm25sIndex.build([Passage("p", "Nothing", "nothing to find here")], 1.2, 0.75, True)
+    questions = toy_questions(tokenizer)[:4]
+    rows = overfit.fit(cfg, policy, index, questions, 6, seed=0)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(sorted(r["reward_by_question"]) == [q.id for q in questions] for r in rows)  # all 4, each step
+    print("mean reward per step:", [r["reward_mean"] for r in rows])
+    first, last = overfit.reward_rise(rows)
+    assert last > first + 0.25, [r["reward_mean"] for r in rows]

@@ -1,0 +1,116 @@
+"""Can GRPO fit a handful of training questions? The RL sanity check: the same few questions every step, so the
+step reward measures the policy, not the draw, and a working update must raise it.
+
+    python benchmarks/overfit.py --model models/main/start --index index --train data/train.jsonl \\
+        --benchmark synth-2hop --questions 4 --steps 16
+
+One arm's GRPO run as the train stage makes it (`train.grpo` of --params, a fresh adapter from --seed), except
+that its pool is the first --questions training questions of --benchmark (never the dev split) and every step
+rolls out all of them. Prints a line per step (mean reward, per-question reward, informative groups, KL,
+sub-questions per episode) and writes the steps and the first- and last-quarter reward means to --out. When the
+reward rises here but not in a full run, the update works and what fails is carrying it across questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import cli
+from cli import check_out, count, run_main
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = cli.parser(__doc__)
+    cli.harness_arguments(parser, start=True)
+    parser.add_argument("--train", required=True, help="training questions (the dev split is left out)")
+    parser.add_argument("--arm", default="central_only", help="a key of `arms` in params")
+    parser.add_argument("--benchmark", default=None, help="take the questions of this benchmark only")
+    parser.add_argument("--questions", type=count, default=4, help="questions in the pool (all rolled out each step)")
+    parser.add_argument("--steps", type=count, default=16, help="GRPO steps")
+    parser.add_argument("--seed", type=int, default=0, help="training seed (adapter init, rollouts)")
+    parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
+    parser.add_argument("--out", default="benchmarks/results/overfit.json", help="figures (JSON)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":  # the command line before the heavy imports below: --help and usage errors at once
+    ARGUMENTS = arguments()
+
+import json
+
+import torch
+
+from centralrl.assembly import fresh_policy
+from centralrl.config import Config, load_config
+from centralrl.errors import ConfigError
+from centralrl.hardware import pick_device
+from centralrl.io import write_json
+from centralrl.report import reward_rise
+from centralrl.retrieval import Retriever, open_retriever
+from centralrl.rl.dev import split_dev
+from centralrl.rl.trainer import Trainer
+from centralrl.schema import Question, read_questions
+
+TOPOLOGY = "central"  # the arms whose runs this fits
+
+
+def pool(train: str, cfg: Config, benchmark: str | None, n: int) -> list[Question]:
+    """The first `n` training questions of `benchmark` (any when None), the dev split left out."""
+    training, _ = split_dev(read_questions(train), cfg.train.dev, train)
+    chosen = [q for q in training if benchmark in (None, q.benchmark)][:n]
+    if len(chosen) < n:
+        raise ConfigError(f"{train}: {len(chosen)} training questions of {benchmark or 'any benchmark'}, {n} asked")
+    return chosen
+
+
+def fit(cfg: Config, policy, retriever: Retriever, questions: list[Question], steps: int, seed: int) -> list[dict]:
+    """`steps` GRPO steps on `questions`, all of them rolled out each step; a row of figures per step."""
+    grpo = cfg.train.grpo.model_copy(update={"questions_per_step": len(questions)})
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"grpo": grpo})})
+    trainer = Trainer(cfg, policy, retriever, questions, TOPOLOGY, seed)
+    rows = []
+    for _ in range(steps):
+        episodes = trainer.rollout()
+        rewards = trainer.rewards(episodes)
+        metrics = trainer.learn(episodes, rewards)
+        by_question = {e.question.id: r for e, r in zip(episodes[:: grpo.group_size], rewards.mean(dim=1).tolist())}
+        rows.append(
+            {
+                "step": trainer.step,
+                "reward_mean": round(float(rewards.mean()), 4),
+                "reward_by_question": {q: round(r, 4) for q, r in sorted(by_question.items())},
+                "informative_groups": metrics["informative_groups"],
+                "kl": round(metrics.get("kl", 0.0), 4),
+                "subquestions_per_episode": round(metrics["subquestions_per_episode"], 4),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(args: argparse.Namespace) -> None:
+    check_out(args.out)
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.params)
+    if cfg.arm(args.arm).topology != TOPOLOGY:
+        raise ConfigError(f"--arm {args.arm}: overfit.py runs central-topology arms")
+    questions = pool(args.train, cfg, args.benchmark, args.questions)
+    policy = fresh_policy(cfg, args.arm, args.seed, args.backbone, args.model, pick_device(cfg.harness.device))
+    rows = fit(cfg, policy, open_retriever(cfg.retrieval, args.index), questions, args.steps, args.seed)
+    first, last = reward_rise(rows)
+    figures = {
+        "params": args.params,
+        "model": args.model,
+        "arm": args.arm,
+        "seed": args.seed,
+        "questions": [q.id for q in questions],
+        "reward_first_quarter": round(first, 4),
+        "reward_last_quarter": round(last, 4),
+        "steps": rows,
+    }
+    print({k: v for k, v in figures.items() if k != "steps"})
+    write_json(args.out, figures)
+
+
+if __name__ == "__main__":
+    run_main(lambda: main(ARGUMENTS))
