@@ -59,7 +59,11 @@ def pool(train: str, cfg: Config, benchmark: str | None, n: int) -> list[Questio
     training, _ = split_dev(read_questions(train), cfg.train.dev, train)
     chosen = [q for q in training if benchmark in (None, q.benchmark)][:n]
     if len(chosen) < n:
-        raise ConfigError(f"{train}: {len(chosen)} training questions of {benchmark or 'any benchmark'}, {n} asked")
+        known = ", ".join(sorted({q.benchmark for q in training}))
+        raise ConfigError(
+            f"{train}: {len(chosen)} training questions of {benchmark or 'any benchmark'}, {n} asked "
+            f"(its benchmarks: {known})"
+        )
     return chosen
 
 
