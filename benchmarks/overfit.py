@@ -2,11 +2,11 @@
 step reward measures the policy, not the draw, and a working update must raise it.
 
     python benchmarks/overfit.py --model models/main/start --index index --train data/train.jsonl \\
-        --benchmark synth-2hop --questions 4 --steps 16
+        --benchmarks synth-2hop --questions 4 --steps 16
 
 One arm's GRPO run as the train stage makes it (`train.grpo` of --params, a fresh adapter from --seed), except
-that its pool is the first --questions training questions of --benchmark (never the dev split) and every step
-rolls out all of them. Prints a line per step (mean reward, per-question reward, informative groups, KL,
+that its pool is the first --questions training questions of each of --benchmarks (never the dev split) and every
+step rolls out all of them. Prints a line per step (mean reward, per-question reward, informative groups, KL,
 sub-questions per episode) and writes the steps and the first- and last-quarter reward means to --out. When the
 reward rises here but not in a full run, the update works and what fails is carrying it across questions.
 """
@@ -24,8 +24,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     cli.harness_arguments(parser, start=True)
     parser.add_argument("--train", required=True, help="training questions (the dev split is left out)")
     parser.add_argument("--arm", default="central_only", help="a key of `arms` in params")
-    parser.add_argument("--benchmark", default=None, help="take the questions of this benchmark only")
-    parser.add_argument("--questions", type=count, default=4, help="questions in the pool (all rolled out each step)")
+    parser.add_argument("--benchmarks", nargs="+", required=True, help="the benchmarks the pool's questions are from")
+    parser.add_argument("--questions", type=count, default=4, help="questions of each benchmark in the pool")
     parser.add_argument("--steps", type=count, default=16, help="GRPO steps")
     parser.add_argument("--seed", type=int, default=0, help="training seed (adapter init, rollouts)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
@@ -54,16 +54,16 @@ from centralrl.schema import Question, read_questions
 TOPOLOGY = "central"  # the arms whose runs this fits
 
 
-def pool(train: str, cfg: Config, benchmark: str | None, n: int) -> list[Question]:
-    """The first `n` training questions of `benchmark` (any when None), the dev split left out."""
+def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> list[Question]:
+    """The first `n` training questions of each of `benchmarks`, the dev split left out."""
     training, _ = split_dev(read_questions(train), cfg.train.dev, train)
-    chosen = [q for q in training if benchmark in (None, q.benchmark)][:n]
-    if len(chosen) < n:
-        known = ", ".join(sorted({q.benchmark for q in training}))
-        raise ConfigError(
-            f"{train}: {len(chosen)} training questions of {benchmark or 'any benchmark'}, {n} asked "
-            f"(its benchmarks: {known})"
-        )
+    chosen = []
+    for benchmark in benchmarks:
+        mine = [q for q in training if q.benchmark == benchmark][:n]
+        if len(mine) < n:
+            known = ", ".join(sorted({q.benchmark for q in training}))
+            raise ConfigError(f"{train}: {len(mine)} training questions of {benchmark}, {n} asked (it has {known})")
+        chosen += mine
     return chosen
 
 
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> None:
     cfg = load_config(args.params)
     if cfg.arm(args.arm).topology != TOPOLOGY:
         raise ConfigError(f"--arm {args.arm}: overfit.py runs central-topology arms")
-    questions = pool(args.train, cfg, args.benchmark, args.questions)
+    questions = pool(args.train, cfg, args.benchmarks, args.questions)
     policy = fresh_policy(cfg, args.arm, args.seed, args.backbone, args.model, pick_device(cfg.harness.device))
     rows = fit(cfg, policy, open_retriever(cfg.retrieval, args.index), questions, args.steps, args.seed)
     first, last = reward_rise(rows)
