@@ -68,8 +68,9 @@ def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> list[Questio
 
 
 def fit(cfg: Config, policy, retriever: Retriever, questions: list[Question], steps: int, seed: int) -> list[dict]:
-    """`steps` GRPO steps on `questions`, all of them rolled out each step; a row of figures per step."""
-    grpo = cfg.train.grpo.model_copy(update={"questions_per_step": len(questions)})
+    """`steps` GRPO steps on `questions`, all of them rolled out each step (no extra draws: the pool has no other
+    questions to draw); a row of figures per step."""
+    grpo = cfg.train.grpo.model_copy(update={"questions_per_step": len(questions), "extra_draws": 0})
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"grpo": grpo})})
     trainer = Trainer(cfg, policy, retriever, questions, TOPOLOGY, seed)
     rows = []
