@@ -9,6 +9,8 @@ that its pool is the first --questions training questions of each of --benchmark
 step rolls out all of them. Prints a line per step (mean reward, per-question reward, informative groups, KL,
 sub-questions per episode) and writes the steps and the first- and last-quarter reward means to --out. When the
 reward rises here but not in a full run, the update works and what fails is carrying it across questions.
+--dev-every K scores the dev split greedily at the start and every K steps (as the train stage does), so the
+figures also say whether what the pool taught carries to questions it never saw.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=count, default=16, help="GRPO steps")
     parser.add_argument("--seed", type=int, default=0, help="training seed (adapter init, rollouts)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
+    parser.add_argument("--dev-every", type=int, default=0, help="steps between greedy dev scores (0: none)")
     parser.add_argument("--out", default="benchmarks/results/overfit.json", help="figures (JSON)")
     return parser.parse_args(argv)
 
@@ -47,16 +50,16 @@ from centralrl.hardware import pick_device
 from centralrl.io import write_json
 from centralrl.report import reward_rise
 from centralrl.retrieval import Retriever, open_retriever
-from centralrl.rl.dev import split_dev
+from centralrl.rl.dev import dev_scores, split_dev
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import Question, read_questions
 
 TOPOLOGY = "central"  # the arms whose runs this fits
 
 
-def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> list[Question]:
-    """The first `n` training questions of each of `benchmarks`, the dev split left out."""
-    training, _ = split_dev(read_questions(train), cfg.train.dev, train)
+def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> tuple[list[Question], list[Question]]:
+    """(the first `n` training questions of each of `benchmarks`, the dev split) from the training file."""
+    training, dev = split_dev(read_questions(train), cfg.train.dev, train)
     chosen = []
     for benchmark in benchmarks:
         mine = [q for q in training if q.benchmark == benchmark][:n]
@@ -64,16 +67,29 @@ def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> list[Questio
             known = ", ".join(sorted({q.benchmark for q in training}))
             raise ConfigError(f"{train}: {len(mine)} training questions of {benchmark}, {n} asked (it has {known})")
         chosen += mine
-    return chosen
+    return chosen, dev
 
 
-def fit(cfg: Config, policy, retriever: Retriever, questions: list[Question], steps: int, seed: int) -> list[dict]:
+def fit(
+    cfg: Config,
+    policy,
+    retriever: Retriever,
+    questions: list[Question],
+    steps: int,
+    seed: int,
+    dev: list[Question] = (),
+    dev_every: int = 0,
+) -> list[dict]:
     """`steps` GRPO steps on `questions`, all of them rolled out each step (no extra draws: the pool has no other
-    questions to draw); a row of figures per step."""
+    questions to draw); a row of figures per step. With `dev_every`, the `dev` questions' greedy scores at the
+    start (row of step 0) and every `dev_every` steps."""
     grpo = cfg.train.grpo.model_copy(update={"questions_per_step": len(questions), "extra_draws": 0})
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"grpo": grpo})})
     trainer = Trainer(cfg, policy, retriever, questions, TOPOLOGY, seed)
     rows = []
+    if dev_every:
+        rows.append({"step": 0, **dev_row(trainer, dev)})
+        print(json.dumps(rows[-1]), flush=True)
     for _ in range(steps):
         episodes = trainer.rollout()
         rewards = trainer.rewards(episodes)
@@ -89,8 +105,16 @@ def fit(cfg: Config, policy, retriever: Retriever, questions: list[Question], st
                 "subquestions_per_episode": round(metrics["subquestions_per_episode"], 4),
             }
         )
+        if dev_every and trainer.step % dev_every == 0:
+            rows[-1] |= dev_row(trainer, dev)
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def dev_row(trainer: Trainer, dev: list[Question]) -> dict[str, float]:
+    """The trainer's policy's greedy scores on the dev questions, rounded (`centralrl.rl.dev.dev_scores`)."""
+    scores = dev_scores(trainer.cfg, trainer.policy, trainer.retriever, dev, TOPOLOGY, trainer.world)
+    return {key: round(value, 4) for key, value in scores.items()}
 
 
 def main(args: argparse.Namespace) -> None:
@@ -99,10 +123,11 @@ def main(args: argparse.Namespace) -> None:
     cfg = load_config(args.params)
     if cfg.arm(args.arm).topology != TOPOLOGY:
         raise ConfigError(f"--arm {args.arm}: overfit.py runs central-topology arms")
-    questions = pool(args.train, cfg, args.benchmarks, args.questions)
+    questions, dev = pool(args.train, cfg, args.benchmarks, args.questions)
     policy = fresh_policy(cfg, args.arm, args.seed, args.backbone, args.model, pick_device(cfg.harness.device))
-    rows = fit(cfg, policy, open_retriever(cfg.retrieval, args.index), questions, args.steps, args.seed)
-    first, last = reward_rise(rows)
+    retriever = open_retriever(cfg.retrieval, args.index)
+    rows = fit(cfg, policy, retriever, questions, args.steps, args.seed, dev, args.dev_every)
+    first, last = reward_rise([row for row in rows if row["step"] > 0])
     figures = {
         "params": args.params,
         "model": args.model,
