@@ -281,3 +281,51 @@ def test_frozen_roles_play_greedily_in_rollouts_when_asked_and_trained_ones_stil
     frozen = as_greedy("conclusion")
     assert all(frozen) if frozen_roles == "greedy" else not all(frozen)
     assert not all(as_greedy("central"))
+
+
+def test_a_fixed_pool_is_dealt_evenly_over_benchmarks_from_the_seed_and_steps_draw_only_from_it():
+    """`train.grpo.pool`: N questions, as many of each benchmark as N allows, the same for every arm of a seed
+    and another for another seed; 0 keeps every question; more than there are is an error naming the file."""
+    from centralrl.errors import DataError
+    from centralrl.rl.trainer import fixed_pool
+    from centralrl.schema import Question
+
+    questions = [Question(f"{b}-{i}", "?", ("x",), b, "train") for b in ("one", "two", "three") for i in range(20)]
+    pool = fixed_pool(questions, 6, seed=0, source="t.jsonl")
+    assert len({q.id for q in pool}) == 6
+    assert sorted(q.benchmark for q in pool) == ["one", "one", "three", "three", "two", "two"]
+    assert fixed_pool(questions, 6, seed=0, source="t.jsonl") == pool
+    assert fixed_pool(questions, 6, seed=1, source="t.jsonl") != pool
+    assert fixed_pool(questions, 0, seed=0, source="t.jsonl") == questions
+    with pytest.raises(DataError, match=r"t.jsonl: train.grpo.pool is 61 but 60 training questions are left"):
+        fixed_pool(questions, 61, seed=0, source="t.jsonl")
+
+
+def test_a_pool_smaller_than_a_step_is_refused_at_load_time(tmp_path):
+    from centralrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"pool \(2\) is smaller than train.grpo.questions_per_step \(4\)"):
+        load_config(write_params(tmp_path, {"train": {"grpo": {"questions_per_step": 4, "pool": 2}}}))
+
+
+def test_the_train_stage_draws_every_step_from_its_seeds_pool(smoke_run, tmp_path):
+    """The pool reaches the trainer the train stage builds: the arms of a seed share it, steps draw only from
+    it, and no dev question is in it."""
+    from centralrl.distributed import World
+    from centralrl.rl.dev import split_dev
+    from centralrl.rl.run import build_trainer
+    from centralrl.schema import read_questions
+
+    folder, _, data = smoke_run
+    cfg = load_config(write_params(tmp_path, {**TOY, "train": {"grpo": {**TOY["train"]["grpo"], "pool": 4}}}))
+    inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
+
+    def pool(arm: str, seed: int) -> list[str]:
+        trainer, _ = build_trainer(cfg, arm, seed, "main", *inputs, str(tmp_path / arm / str(seed)), "key", World())
+        drawn = {q.id for trainer.step in range(6) for draw in trainer.draws() for q in draw}
+        assert drawn <= {q.id for q in trainer.questions}
+        return [q.id for q in trainer.questions]
+
+    _, dev = split_dev(read_questions(data["train"]), cfg.train.dev)
+    assert len(pool("central_only", 0)) == 4 and not set(pool("central_only", 0)) & {q.id for q in dev}
+    assert pool("joint", 0) == pool("central_only", 0) != pool("central_only", 1)

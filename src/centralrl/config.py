@@ -524,6 +524,14 @@ class GrpoConfig(Section):
         "budget is reached",
     )
     questions_per_step: int = Field(4, ge=1)
+    pool: int = Field(
+        0,
+        ge=0,
+        description="the training questions steps draw from: 0 = all of them (the dev split left out); N = a fixed "
+        "sample of N, dealt evenly over the benchmarks from the training seed, so each question comes back every "
+        "N / questions_per_step steps and its reward can rise (1-shot RLVR, Wang et al. 2025); at least "
+        "questions_per_step",
+    )
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
     question_sampling: Literal[QUESTION_SAMPLINGS] = Field(  # type: ignore[valid-type]
         "stratified",
@@ -781,9 +789,11 @@ class Config(Section):
         grpo = self.train.grpo
         most = self.data.most_training_questions()
         held = self.train.dev.questions
-        if most is not None and grpo.questions_per_step + held > most:
+        drawn = max(grpo.questions_per_step, grpo.pool)
+        if most is not None and drawn + held > most:
             raise ValueError(
-                f"train.grpo.questions_per_step ({grpo.questions_per_step}) plus train.dev.questions ({held}) "
+                f"train.grpo.questions_per_step ({grpo.questions_per_step}) or pool ({grpo.pool}), the larger, "
+                f"plus train.dev.questions ({held}) "
                 f"exceeds the {most} training questions the data section can give (data.synthetic.train_per_type "
                 f"x question_types, plus the limit of each training source)"
             )
@@ -792,6 +802,11 @@ class Config(Section):
             raise ValueError(
                 f"budgets {beyond} (steps) exceed train.grpo.steps ({grpo.steps}), the most steps a run "
                 f"takes; such a cut could never be reached"
+            )
+        if 0 < grpo.pool < grpo.questions_per_step:
+            raise ValueError(
+                f"train.grpo.pool ({grpo.pool}) is smaller than train.grpo.questions_per_step "
+                f"({grpo.questions_per_step}): a step draws distinct questions from the pool"
             )
         if grpo.warmup_steps > grpo.steps:
             raise ValueError(

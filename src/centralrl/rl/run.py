@@ -49,7 +49,7 @@ from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
 from centralrl.rl.dev import dev_keys, dev_scores, split_dev
 from centralrl.rl.health import TrainingDiverged, collapse_problem, health_problem
-from centralrl.rl.trainer import Trainer
+from centralrl.rl.trainer import Trainer, fixed_pool
 from centralrl.schema import read_questions
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
 
@@ -129,7 +129,7 @@ def build_trainer(
         cfg,
         policy,
         open_retriever(cfg.retrieval, index_dir),
-        training,
+        fixed_pool(training, cfg.train.grpo.pool, seed, str(train_path)),
         cfg.arm(arm).topology,
         seed,
         world=world,

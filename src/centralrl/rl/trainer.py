@@ -55,6 +55,7 @@ from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
 from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig
 from centralrl.distributed import World
+from centralrl.errors import DataError
 from centralrl.harness.engine import RolePolicy
 from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
@@ -207,6 +208,18 @@ def update(
             totals["drift"] += float((logp.detach() - recorded)[mask].abs().sum())
             totals["tokens"] += tokens
     return totals
+
+
+def fixed_pool(questions: Sequence[Question], size: int, seed: int, source: str) -> list[Question]:
+    """The training questions a run's steps draw from (`train.grpo.pool`): all of them when `size` is 0, else
+    `size` of them dealt evenly over the benchmarks from the training seed (arms of one seed share a pool).
+    `source` names the training file in the error for too few questions."""
+    if not size:
+        return list(questions)
+    if size > len(questions):
+        raise DataError(f"{source}: train.grpo.pool is {size} but {len(questions)} training questions are left")
+    rng = random.Random(derive_seed(seed, "pool"))
+    return interleave(rng.sample(list(questions), len(questions)))[:size]
 
 
 @dataclass
