@@ -329,3 +329,61 @@ def test_the_train_stage_draws_every_step_from_its_seeds_pool(smoke_run, tmp_pat
     _, dev = split_dev(read_questions(data["train"]), cfg.train.dev)
     assert len(pool("central_only", 0)) == 4 and not set(pool("central_only", 0)) & {q.id for q in dev}
     assert pool("joint", 0) == pool("central_only", 0) != pool("central_only", 1)
+
+
+def test_an_informative_pool_keeps_only_questions_the_start_sometimes_solves_and_its_first_step_pays(
+    tiny_backbone, tmp_path
+):
+    """`pool_filter: informative` on the toy task, where half the questions can never be solved (their answer
+    is no word): the pool is 4 questions whose start groups' rewards differed, none of the unsolvable ones, the
+    same on a rebuild; the first step's row carries what choosing it cost, inside its generation FLOPs."""
+    import dataclasses
+
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.run import PLAIN, run_steps
+    from centralrl.tracking import NullTracker
+
+    def sifted():
+        trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"pool": 4, "pool_filter": "informative"})
+        trainer.questions = [
+            q if i % 2 else dataclasses.replace(q, id=f"never/{i}", golden_answers=("qqqzzz",))
+            for i, q in enumerate(trainer.questions)
+        ]
+        trainer.sift_pool("toy.jsonl")
+        return trainer
+
+    trainer = sifted()
+    assert len(trainer.questions) == 4 and not any(q.id.startswith("never/") for q in trainer.questions)
+    assert trainer.pool_flops > 0
+    assert [q.id for q in sifted().questions] == [q.id for q in trainer.questions]
+    progress = Progress([])
+    run_steps(trainer.cfg, trainer, progress, tmp_path / "state", "key", PLAIN, NullTracker())
+    first, second = progress.history[:2]
+    assert first["flops.pool"] == trainer.pool_flops and "flops.pool" not in second
+    assert first["flops.generation"] > trainer.pool_flops
+
+
+def test_an_informative_pool_that_cannot_fill_names_the_benchmark_short(tiny_backbone, tmp_path):
+    import dataclasses
+
+    from centralrl.errors import DataError
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"pool": 4, "pool_filter": "informative"})
+    trainer.questions = [dataclasses.replace(q, golden_answers=("qqqzzz",)) for q in trainer.questions]
+    with pytest.raises(DataError, match=r"toy.jsonl: .*pool_filter informative found too few .*\(toy: 0 of 4\)"):
+        trainer.sift_pool("toy.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("grpo", "says"),
+    [
+        ({"pool_filter": "informative"}, r"pool_filter informative needs train.grpo.pool"),
+        ({"pool": 4, "pool_filter": "informative", "processes": 2}, r"pool_filter with train.processes > 1"),
+    ],
+)
+def test_an_informative_pool_without_a_size_or_with_several_processes_is_refused(tmp_path, grpo, says):
+    from centralrl.errors import ConfigError
+
+    processes = grpo.pop("processes", 1)
+    with pytest.raises(ConfigError, match=says):
+        load_config(write_params(tmp_path, {"train": {"grpo": grpo, "processes": processes}}))

@@ -532,6 +532,12 @@ class GrpoConfig(Section):
         "N / questions_per_step steps and its reward can rise (1-shot RLVR, Wang et al. 2025); at least "
         "questions_per_step",
     )
+    pool_filter: Literal["none", "informative"] = Field(
+        "none",
+        description="informative: the pool keeps only questions on which the start's group of group_size sampled "
+        "episodes had rewards that differ (neither always nor never solved: sized to the model's success rate), "
+        "found by rolling out candidates before the first step (their FLOPs count in the first step's); needs pool",
+    )
     group_size: int = Field(4, ge=2, description="G: sampled episodes per question")
     question_sampling: Literal[QUESTION_SAMPLINGS] = Field(  # type: ignore[valid-type]
         "stratified",
@@ -802,6 +808,13 @@ class Config(Section):
             raise ValueError(
                 f"budgets {beyond} (steps) exceed train.grpo.steps ({grpo.steps}), the most steps a run "
                 f"takes; such a cut could never be reached"
+            )
+        if grpo.pool_filter != "none" and not grpo.pool:
+            raise ValueError(f"train.grpo.pool_filter {grpo.pool_filter} needs train.grpo.pool, the pool's size")
+        if grpo.pool_filter != "none" and self.train.processes > 1:
+            raise ValueError(
+                "train.grpo.pool_filter with train.processes > 1 is not supported: the candidates' rollouts "
+                "would have to agree bit for bit across processes"
             )
         if 0 < grpo.pool < grpo.questions_per_step:
             raise ValueError(

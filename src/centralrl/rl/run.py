@@ -123,18 +123,21 @@ def build_trainer(
     world: World,
 ) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
+    sifting = cfg.train.grpo.pool_filter == "informative"  # from the start's rollouts, also when resuming
     policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
     training, dev = split_dev(read_questions(train_path), cfg.train.dev, str(train_path))
     trainer = Trainer(
         cfg,
         policy,
         open_retriever(cfg.retrieval, index_dir),
-        fixed_pool(training, cfg.train.grpo.pool, seed, str(train_path)),
+        fixed_pool(training, 0 if sifting else cfg.train.grpo.pool, seed, str(train_path)),
         cfg.arm(arm).topology,
         seed,
         world=world,
         dev=dev,
     )
+    if sifting:
+        trainer.sift_pool(str(train_path))
     if not world.is_main:
         world.barrier()  # the main process first discards a state left by other params
     checkpoint = latest_state(Path(state_dir), fingerprint)
@@ -253,6 +256,9 @@ def run_steps(
         started = time.perf_counter()
         episodes = phases.rollout(trainer)
         metrics = phases.update(trainer, episodes, phases.reward(trainer, episodes))
+        if not progress.history and trainer.pool_flops:  # the first step pays for choosing the pool
+            metrics |= {"flops.pool": trainer.pool_flops}
+            metrics["flops.generation"] += trainer.pool_flops
         seconds = time.perf_counter() - started  # scoring the dev split is not training: no budget pays for it
         if trainer.step % cfg.train.dev.every == 0 or trainer.step == cfg.train.grpo.steps:
             metrics |= score_dev(trainer)
@@ -340,6 +346,9 @@ def train_cell(
         if world.is_main and resumed_from:
             print(f"{label} resumed from its saved step {resumed_from}", flush=True)
         log = functools.partial(print, label, flush=True) if world.is_main else None
+        if log and trainer.pool_flops:
+            chosen = f"{len(trainer.questions)} questions the start sometimes solves"
+            log(f"pool: {chosen} ({trainer.pool_flops:.3g} FLOPs of rollouts to find)")
         run_steps(cfg, trainer, progress, state, key, phases, tracker, log, memo)
         summary = _summary(arm, seed, backbone, progress)
         tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})

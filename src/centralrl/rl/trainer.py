@@ -43,7 +43,9 @@ byte-identical to an uninterrupted one.
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -210,16 +212,20 @@ def update(
     return totals
 
 
+def deal(questions: Sequence[Question], seed: int) -> list[Question]:
+    """The training seed's deal of the questions: shuffled, then round-robin over their benchmarks, so every
+    prefix holds each benchmark's share (arms of one seed get the same deal)."""
+    return interleave(random.Random(derive_seed(seed, "pool")).sample(list(questions), len(questions)))
+
+
 def fixed_pool(questions: Sequence[Question], size: int, seed: int, source: str) -> list[Question]:
     """The training questions a run's steps draw from (`train.grpo.pool`): all of them when `size` is 0, else
-    `size` of them dealt evenly over the benchmarks from the training seed (arms of one seed share a pool).
-    `source` names the training file in the error for too few questions."""
+    the first `size` of the seed's deal. `source` names the training file in the error for too few questions."""
     if not size:
         return list(questions)
     if size > len(questions):
         raise DataError(f"{source}: train.grpo.pool is {size} but {len(questions)} training questions are left")
-    rng = random.Random(derive_seed(seed, "pool"))
-    return interleave(rng.sample(list(questions), len(questions)))[:size]
+    return deal(questions, seed)[:size]
 
 
 @dataclass
@@ -235,6 +241,7 @@ class Trainer:
     step: int = 0
     world: World = field(default_factory=World)  # the data-parallel processes (one by default)
     dev: list[Question] = field(default_factory=list)  # held-out training questions scored during the run
+    pool_flops: float = 0.0  # spent choosing the pool (`sift_pool`); the first step's row pays for it
 
     def __post_init__(self) -> None:
         g = self.cfg.train.grpo
@@ -258,6 +265,43 @@ class Trainer:
         if self.cfg.train.grpo.frozen_roles == "sampled":
             return []
         return [role for role in TOPOLOGY_ROLES[self.topology] if self.policy.adapters.get(role) is None]
+
+    def sift_pool(self, source: str) -> None:
+        """`train.grpo.pool_filter: informative`: the pool becomes the first questions of the seed's deal on which
+        the current policy's group of sampled episodes had rewards that differ, as many of each benchmark as the
+        plain pool holds. Candidates are rolled out `pool` at a time, only of benchmarks still short; their FLOPs
+        go to `pool_flops`. `source` names the training file in the error when a benchmark runs out."""
+        g = self.cfg.train.grpo
+        candidates = deal(self.questions, self.seed)
+        quota = Counter(q.benchmark for q in candidates[: g.pool])
+        kept: Counter[str] = Counter()
+        pool: list[Question] = []
+        waiting = iter(candidates)
+        self.policy.model.eval()
+        for round_ in itertools.count():
+            short = {b for b in quota if kept[b] < quota[b]}
+            if not short:
+                break
+            chunk = list(itertools.islice((q for q in waiting if q.benchmark in short), g.pool))
+            if not chunk:
+                raise DataError(self._sift_shortfall(source, kept, quota))
+            batch = [q for q in chunk for _ in range(g.group_size)]
+            settings = run_settings(self.cfg, False, derive_seed(self.seed, "pool", round_), self.greedy_roles())
+            episodes = TOPOLOGIES[self.topology](batch, self.policy, self.retriever, settings)
+            self.pool_flops += float(sum(e.flops(self.shape) for e in episodes))
+            for question, differs in zip(chunk, groups_with_signal(self.rewards(episodes)).tolist()):
+                if differs and kept[question.benchmark] < quota[question.benchmark]:
+                    kept[question.benchmark] += 1
+                    pool.append(question)
+        self.questions = pool
+
+    def _sift_shortfall(self, source: str, kept: Counter[str], quota: Counter[str]) -> str:
+        """What `sift_pool` says when some benchmark has too few questions the start sometimes solves."""
+        short = ", ".join(f"{b}: {kept[b]} of {n}" for b, n in sorted(quota.items()) if kept[b] < n)
+        return (
+            f"{source}: train.grpo.pool_filter informative found too few questions whose sampled groups' rewards "
+            f"differ ({short}) among all the training questions; lower train.grpo.pool or set pool_filter none"
+        )
 
     def draws(self) -> list[list[Question]]:
         """The step's question draws (the same in every process): questions_per_step questions, then as many
