@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 import cli
-from cli import check_out, count, run_main
+from cli import check_out, count, count_or_zero, run_main
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,7 +31,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=count, default=16, help="GRPO steps")
     parser.add_argument("--seed", type=int, default=0, help="training seed (adapter init, rollouts)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
-    parser.add_argument("--dev-every", type=int, default=0, help="steps between greedy dev scores (0: none)")
+    parser.add_argument("--dev-every", type=count_or_zero, default=0, help="steps between greedy dev scores (0: none)")
     parser.add_argument("--out", default="benchmarks/results/overfit.json", help="figures (JSON)")
     return parser.parse_args(argv)
 
