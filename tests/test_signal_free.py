@@ -387,3 +387,12 @@ def test_an_informative_pool_without_a_size_or_with_several_processes_is_refused
     processes = grpo.pop("processes", 1)
     with pytest.raises(ConfigError, match=says):
         load_config(write_params(tmp_path, {"train": {"grpo": grpo, "processes": processes}}))
+
+
+def test_a_pool_larger_than_the_training_questions_left_is_refused_at_load_time(tmp_path):
+    from centralrl.errors import ConfigError
+
+    cfg = load_config(write_params(tmp_path, {}, profile="default"))
+    most = cfg.data.most_training_questions()
+    with pytest.raises(ConfigError, match=rf"or pool \({most}\), the larger, plus train.dev.questions"):
+        load_config(write_params(tmp_path, {"train": {"grpo": {"pool": most}}}, profile="default"))
