@@ -40,6 +40,7 @@ if __name__ == "__main__":  # the command line before the heavy imports below: -
     ARGUMENTS = arguments()
 
 import json
+from collections.abc import Sequence
 
 import torch
 
@@ -77,7 +78,7 @@ def fit(
     questions: list[Question],
     steps: int,
     seed: int,
-    dev: list[Question] = (),
+    dev: Sequence[Question] = (),
     dev_every: int = 0,
 ) -> list[dict]:
     """`steps` GRPO steps on `questions`, all of them rolled out each step (no extra draws: the pool has no other
@@ -111,7 +112,7 @@ def fit(
     return rows
 
 
-def dev_row(trainer: Trainer, dev: list[Question]) -> dict[str, float]:
+def dev_row(trainer: Trainer, dev: Sequence[Question]) -> dict[str, float]:
     """The trainer's policy's greedy scores on the dev questions, rounded (`centralrl.rl.dev.dev_scores`)."""
     scores = dev_scores(trainer.cfg, trainer.policy, trainer.retriever, dev, TOPOLOGY, trainer.world)
     return {key: round(value, 4) for key, value in scores.items()}

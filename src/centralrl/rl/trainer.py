@@ -228,6 +228,15 @@ def fixed_pool(questions: Sequence[Question], size: int, seed: int, source: str)
     return deal(questions, seed)[:size]
 
 
+def sift_shortfall(source: str, kept: Counter[str], quota: Counter[str]) -> str:
+    """What `Trainer.sift_pool` says when a benchmark has too few questions the start sometimes solves."""
+    short = ", ".join(f"{b}: {kept[b]} of {n}" for b, n in sorted(quota.items()) if kept[b] < n)
+    return (
+        f"{source}: train.grpo.pool_filter informative found too few questions whose sampled groups' rewards "
+        f"differ ({short}) among all the training questions; lower train.grpo.pool or set pool_filter none"
+    )
+
+
 @dataclass
 class Trainer:
     """Everything one arm's GRPO run holds, and its step: `rollout`, `rewards`, then `learn` (or `train_step`)."""
@@ -284,24 +293,15 @@ class Trainer:
                 break
             chunk = list(itertools.islice((q for q in waiting if q.benchmark in short), g.pool))
             if not chunk:
-                raise DataError(self._sift_shortfall(source, kept, quota))
-            batch = [q for q in chunk for _ in range(g.group_size)]
+                raise DataError(sift_shortfall(source, kept, quota))
             settings = run_settings(self.cfg, False, derive_seed(self.seed, "pool", round_), self.greedy_roles())
-            episodes = TOPOLOGIES[self.topology](batch, self.policy, self.retriever, settings)
+            episodes = self.play_groups(chunk, settings)
             self.pool_flops += float(sum(e.flops(self.shape) for e in episodes))
             for question, differs in zip(chunk, groups_with_signal(self.rewards(episodes)).tolist()):
                 if differs and kept[question.benchmark] < quota[question.benchmark]:
                     kept[question.benchmark] += 1
                     pool.append(question)
         self.questions = pool
-
-    def _sift_shortfall(self, source: str, kept: Counter[str], quota: Counter[str]) -> str:
-        """What `sift_pool` says when some benchmark has too few questions the start sometimes solves."""
-        short = ", ".join(f"{b}: {kept[b]} of {n}" for b, n in sorted(quota.items()) if kept[b] < n)
-        return (
-            f"{source}: train.grpo.pool_filter informative found too few questions whose sampled groups' rewards "
-            f"differ ({short}) among all the training questions; lower train.grpo.pool or set pool_filter none"
-        )
 
     def draws(self) -> list[list[Question]]:
         """The step's question draws (the same in every process): questions_per_step questions, then as many
@@ -340,9 +340,13 @@ class Trainer:
         for draw, questions in enumerate(self.draws()):
             if draw and self.informative_groups(episodes) >= g.questions_per_step:
                 break
-            batch = [q for q in self.world.shard(questions) for _ in range(g.group_size)]
-            episodes += TOPOLOGIES[self.topology](batch, self.policy, self.retriever, self.settings(draw))
+            episodes += self.play_groups(self.world.shard(questions), self.settings(draw))
         return episodes
+
+    def play_groups(self, questions: Sequence[Question], settings: RunSettings) -> list[Episode]:
+        """G episodes of each question, group by group, with the current adapters."""
+        batch = [q for q in questions for _ in range(self.cfg.train.grpo.group_size)]
+        return TOPOLOGIES[self.topology](batch, self.policy, self.retriever, settings)
 
     def informative_groups(self, episodes: Sequence[Episode]) -> float:
         """Groups with reward variance among `episodes`, summed over every process."""
