@@ -59,7 +59,7 @@ from centralrl.metrics import em, f1, normalize_answer
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Retriever
 from centralrl.rl.dev import split_dev
-from centralrl.rl.warmstart import CONCLUDE_PLAN, FIRST_PLAN, NEXT_PLAN, delegated_hops, evidence_note
+from centralrl.rl.warmstart import central_plan, delegated_hops, evidence_note
 from centralrl.schema import Question, read_questions
 
 VARIANTS = {"start": (), "central": ("central",), "reader": ("retrieval",)}
@@ -72,8 +72,11 @@ class PerfectRoles:
     a call belongs to is read from its prompt, as the role sees it: the question line (central, conclusion) or
     the sub-question, whose asker this object recorded when the central agent wrote it (retrieval)."""
 
-    def __init__(self, policy: RolePolicy, questions: Sequence[Question], retriever: Retriever, perfect, settings):
+    def __init__(
+        self, policy: RolePolicy, questions: Sequence[Question], retriever: Retriever, perfect, settings, counted=False
+    ):
         self.policy, self.retriever, self.perfect, self.settings = policy, retriever, set(perfect), settings
+        self.counted = counted  # the perfect central agent's plans as the warm start writes them (warmstart.plans)
         self.questions = {f"Question: {as_data(q.question)}\n": q for q in questions}
         self.asked: dict[str, tuple[Question, str]] = {}  # sub-question as a prompt shows it -> (question, as asked)
 
@@ -106,9 +109,10 @@ class PerfectRoles:
     def _central(self, prompt: str) -> str:
         hops = delegated_hops(self._question(prompt))
         done = prompt.count(". Sub-question: ")  # the notes block numbers each delegated sub-question
+        last = as_data(hops[done - 1][1].answer) if 0 < done < len(hops) else ""
+        plan = central_plan(self.counted, len(hops), done, last)
         if done >= len(hops):
-            return f"{CONCLUDE_PLAN}</think><conclude></conclude>"
-        plan = FIRST_PLAN if done == 0 else NEXT_PLAN.format(i=done, answer=as_data(hops[done - 1][1].answer))
+            return f"{plan}</think><conclude></conclude>"
         return f"{plan}</think><subquestion>{hops[done][0]}</subquestion>"
 
     def _retrieval(self, prompt: str) -> str:
@@ -156,7 +160,10 @@ def measure(cfg, policy: RolePolicy, retriever: Retriever, questions: Sequence[Q
     for name, perfect in VARIANTS.items():
         started = time.perf_counter()
         episodes = run_central(
-            questions, PerfectRoles(policy, questions, retriever, perfect, settings), retriever, settings
+            questions,
+            PerfectRoles(policy, questions, retriever, perfect, settings, cfg.warmstart.plans == "counted"),
+            retriever,
+            settings,
         )
         figures[name] = scores(episodes) | {"seconds": round(time.perf_counter() - started, 1)}
         print(f"{name}: F1 {figures[name]['f1']:.3f} ({figures[name]['seconds']:.0f}s)", flush=True)

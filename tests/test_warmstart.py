@@ -98,6 +98,21 @@ def test_traces_parse_to_the_intended_actions(policy, smoke_world, train_questio
         assert all(tokenizer.eos_token_id not in t.target_ids[:-1] for t in traces)
 
 
+def test_counted_plans_state_the_facts_needed_and_held_on_the_same_prompts(policy, smoke_world, train_questions):
+    for question in one_per_benchmark(train_questions):
+        fixed = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
+        counted = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, counted=True)
+        hops = len(delegated_hops(question))
+        plans = [policy.tokenizer.decode(t.target_ids).split("</think>")[0] for t in counted if t.role == "central"]
+        needs = f"The question needs {hops} fact{'s' if hops > 1 else ''}; the notes hold "
+        assert len(plans) == hops + 1 and all(plan.startswith(f"{needs}{held}") for held, plan in enumerate(plans))
+        asks = [plan.endswith(f"so I ask for fact {held + 1}.") for held, plan in enumerate(plans)]
+        assert asks == [True] * hops + [False]
+        assert plans[-1].endswith(f"hold {hops}, so I conclude.")
+        assert [t.prompt_ids for t in counted] == [t.prompt_ids for t in fixed]  # a plan is never shown to a role
+        assert [parse_trace(t, policy.tokenizer) for t in counted] == [parse_trace(t, policy.tokenizer) for t in fixed]
+
+
 def test_traces_replayed_through_the_harness_see_the_harness_prompts(policy, smoke_world, train_questions):
     for question in one_per_benchmark(train_questions):
         traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
@@ -250,6 +265,15 @@ def test_stage_writes_a_loadable_merged_checkpoint_the_same_bytes_twice(stage_in
     assert files == sorted(p.name for p in second.iterdir())
     assert all((first / name).read_bytes() == (second / name).read_bytes() for name in files)
     assert again["content_sha256"] == metrics["content_sha256"]
+
+
+def test_counted_plans_reach_the_stages_traces(stage_inputs, tiny_backbone):
+    folder, params = stage_inputs
+    counted = write_params(folder / "counted", {"warmstart": {"questions": 4, "plans": "counted"}})
+    _, fixed = run_stage(folder, params, tiny_backbone, "start-fixed")
+    _, metrics = run_stage(folder, counted, tiny_backbone, "start-counted")
+    assert metrics["traces"] == fixed["traces"] and metrics["trained_tokens"] > fixed["trained_tokens"]
+    assert metrics["content_sha256"] != fixed["content_sha256"]
 
 
 def test_fewer_questions_than_asked_for_are_said_not_taken_silently(stage_inputs, tiny_backbone, capsys):

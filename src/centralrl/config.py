@@ -664,6 +664,11 @@ class WarmstartConfig(Section):
         description="compute dtype of the forward (bf16 autocast; weights and loss stay float32): auto = bfloat16 "
         "where the hardware has bf16 arithmetic, else float32",
     )
+    plans: Literal["fixed", "counted"] = Field(
+        "fixed",
+        description="the oracle central agent's <think>: fixed (one sentence per situation) or counted (how many "
+        "facts the question needs and the notes hold, then ask or conclude)",
+    )
     seed: int = Field(0)
 
 

@@ -70,9 +70,34 @@ from centralrl.schema import Question, SubQuestion, interleave, read_questions
 
 IGNORE = -100  # label of a position that is not trained (prompt tokens, padding)
 MAX_NOTE_CHARS = 300  # a quoted sentence longer than this is replaced by a short templated note
-FIRST_PLAN = "No notes yet, so I ask for the first fact."
-NEXT_PLAN = "Note {i} says {answer}. Next I need the next fact."
-CONCLUDE_PLAN = "The notes hold what the question needs."
+
+FIXED_PLANS = (
+    "No notes yet, so I ask for the first fact.",
+    "Note {held} says {last}. Next I need the next fact.",
+    "The notes hold what the question needs.",
+)
+
+
+def central_plan(counted: bool, needed: int, held: int, last: str = "") -> str:
+    """The oracle central agent's <think> when the notes hold `held` of the `needed` facts (`last`: the answer
+    of the latest note). `counted` (`warmstart.plans: counted`) states the count, so the decision to ask again
+    or conclude follows from a few tokens that read the question; fixed plans are one sentence per situation.
+
+    >>> central_plan(True, 2, 1, "Kullen Media")
+    'The question needs 2 facts; the notes hold 1 (note 1 says Kullen Media), so I ask for fact 2.'
+    >>> central_plan(True, 1, 1)
+    'The question needs 1 fact; the notes hold 1, so I conclude.'
+    >>> central_plan(False, 2, 1, "Kullen Media")
+    'Note 1 says Kullen Media. Next I need the next fact.'
+    """
+    if not counted:
+        first, next_fact, conclude = FIXED_PLANS
+        return conclude if held >= needed else next_fact.format(held=held, last=last) if held else first
+    facts = f"The question needs {needed} fact{'s' if needed != 1 else ''}; the notes hold {held}"
+    said = f" (note {held} says {last})" if 0 < held < needed else ""
+    action = "conclude" if held >= needed else f"ask for fact {held + 1}"
+    return f"{facts}{said}, so I {action}."
+
 
 _HOP_REFERENCE = re.compile(r"#(\d+)")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -161,7 +186,7 @@ def _target(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
 
 
 def oracle_traces(
-    question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy
+    question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy, counted: bool = False
 ) -> list[Trace]:
     """The role calls of a perfect harness on `question`, in episode order (central, retrieval per hop; then
     central concluding, conclusion). `policy` supplies the harness's chat encoding and tokenizer (no model
@@ -179,15 +204,15 @@ def oracle_traces(
     traces: list[Trace] = []
     accumulated: list[tuple[str, str]] = []
     for i, ((sub, hop), hits, note) in enumerate(zip(hops, results, notes)):
-        plan = FIRST_PLAN if i == 0 else NEXT_PLAN.format(i=i, answer=as_data(" ".join(hops[i - 1][1].answer.split())))
+        last = as_data(" ".join(hops[i - 1][1].answer.split())) if i else ""
         central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
-        delegate = _target(tok, f"{plan}</think><subquestion>{sub}</subquestion>")
+        delegate = _target(tok, f"{central_plan(counted, len(hops), i, last)}</think><subquestion>{sub}</subquestion>")
         traces.append(Trace("central", tuple(central), delegate, "delegate", sub))
         retrieval = policy.encode_chat(P.retrieval_messages(sub, hits, passage_chars), PREFILL["retrieval"])
         traces.append(Trace("retrieval", tuple(retrieval), _target(tok, f"{note}</note>"), "note", note))
         accumulated.append((sub, note))
     central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
-    conclude = _target(tok, f"{CONCLUDE_PLAN}</think><conclude></conclude>")
+    conclude = _target(tok, f"{central_plan(counted, len(hops), len(hops))}</think><conclude></conclude>")
     traces.append(Trace("central", tuple(central), conclude, "conclude", ""))
     answer = as_data(" ".join(question.golden_answers[0].split()))
     conclusion = policy.encode_chat(P.conclusion_messages(question.question, accumulated), PREFILL["conclusion"])
@@ -342,8 +367,10 @@ def build_traces(
     top_k: int,
     passage_chars: int,
     policy: RolePolicy,
+    counted: bool = False,
 ) -> tuple[list[Trace], dict]:
-    """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer."""
+    """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer;
+    `counted`: the central plans count facts (`central_plan`)."""
     candidates = [q for q in questions if q.decomposition]
     if not candidates:
         benchmarks = sorted({q.benchmark for q in questions})
@@ -357,7 +384,7 @@ def build_traces(
     for question in interleave(candidates):
         if used == wanted:
             break
-        built = oracle_traces(question, retriever, top_k, passage_chars, policy)
+        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted)
         if built:
             traces.extend(built)
             used += 1
@@ -393,8 +420,9 @@ def warmstart(
     retriever = open_retriever(cfg.retrieval, index_dir)
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
+    counted = cfg.warmstart.plans == "counted"
     traces, selection = build_traces(
-        questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
+        questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy, counted
     )
     if log and selection["questions"] < cfg.warmstart.questions:
         log(
