@@ -21,7 +21,8 @@ the protocol on the calls a perfect harness would make:
 Where it departs from the usual cold start (DeepSeek-R1's curated long chains of thought, Search-R1-style
 SFT on sampled and filtered trajectories):
 - The traces are templated from gold decompositions, not written or sampled by a model: the plans inside
-  <think> are one fixed sentence per situation, notes quote the answering sentence of the retrieved passages.
+  <think> are one fixed sentence per situation (`warmstart.plans: fixed`) or count the facts the question needs
+  and the notes hold (`counted`, `central_plan`), notes quote the answering sentence of the retrieved passages.
 - Only sources with a decomposition give traces: the synthetic world and MuSiQue. HotpotQA (and the other
   realqa benchmarks) carry no decomposition in our schema, so they give none.
 - MuSiQue sub-questions are made self-contained as a perfect central agent would write them: `#k` becomes the
@@ -92,7 +93,9 @@ def central_plan(counted: bool, needed: int, held: int, last: str = "") -> str:
     """
     if not counted:
         first, next_fact, conclude = FIXED_PLANS
-        return conclude if held >= needed else next_fact.format(held=held, last=last) if held else first
+        if held >= needed:
+            return conclude
+        return next_fact.format(held=held, last=last) if held else first
     facts = f"The question needs {needed} fact{'s' if needed != 1 else ''}; the notes hold {held}"
     said = f" (note {held} says {last})" if 0 < held < needed else ""
     action = "conclude" if held >= needed else f"ask for fact {held + 1}"
