@@ -109,8 +109,7 @@ class PerfectRoles:
     def _central(self, prompt: str) -> str:
         hops = delegated_hops(self._question(prompt))
         done = prompt.count(". Sub-question: ")  # the notes block numbers each delegated sub-question
-        last = as_data(hops[done - 1][1].answer) if 0 < done < len(hops) else ""
-        plan = central_plan(self.counted, len(hops), done, last)
+        plan = central_plan(self.counted, hops, done)
         if done >= len(hops):
             return f"{plan}</think><conclude></conclude>"
         return f"{plan}</think><subquestion>{hops[done][0]}</subquestion>"

@@ -79,18 +79,21 @@ FIXED_PLANS = (
 )
 
 
-def central_plan(counted: bool, needed: int, held: int, last: str = "") -> str:
-    """The oracle central agent's <think> when the notes hold `held` of the `needed` facts (`last`: the answer
-    of the latest note). `counted` (`warmstart.plans: counted`) states the count, so the decision to ask again
-    or conclude follows from a few tokens that read the question; fixed plans are one sentence per situation.
+def central_plan(counted: bool, hops: Sequence[tuple[str, SubQuestion]], held: int) -> str:
+    """The oracle central agent's <think> when the notes hold the first `held` of the question's delegated `hops`.
+    `counted` (`warmstart.plans: counted`) states the count, so the decision to ask again or conclude follows
+    from a few tokens that read the question; fixed plans are one sentence per situation.
 
-    >>> central_plan(True, 2, 1, "Kullen Media")
+    >>> hops = [("Which company produced X?", SubQuestion("", "Kullen  Media")), ("Who founded it?", None)]
+    >>> central_plan(True, hops, 1)
     'The question needs 2 facts; the notes hold 1 (note 1 says Kullen Media), so I ask for fact 2.'
-    >>> central_plan(True, 1, 1)
+    >>> central_plan(True, hops[:1], 1)
     'The question needs 1 fact; the notes hold 1, so I conclude.'
-    >>> central_plan(False, 2, 1, "Kullen Media")
+    >>> central_plan(False, hops, 1)
     'Note 1 says Kullen Media. Next I need the next fact.'
     """
+    needed = len(hops)
+    last = as_data(" ".join(hops[held - 1][1].answer.split())) if 0 < held < needed else ""
     if not counted:
         first, next_fact, conclude = FIXED_PLANS
         if held >= needed:
@@ -207,15 +210,14 @@ def oracle_traces(
     traces: list[Trace] = []
     accumulated: list[tuple[str, str]] = []
     for i, ((sub, hop), hits, note) in enumerate(zip(hops, results, notes)):
-        last = as_data(" ".join(hops[i - 1][1].answer.split())) if i else ""
         central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
-        delegate = _target(tok, f"{central_plan(counted, len(hops), i, last)}</think><subquestion>{sub}</subquestion>")
+        delegate = _target(tok, f"{central_plan(counted, hops, i)}</think><subquestion>{sub}</subquestion>")
         traces.append(Trace("central", tuple(central), delegate, "delegate", sub))
         retrieval = policy.encode_chat(P.retrieval_messages(sub, hits, passage_chars), PREFILL["retrieval"])
         traces.append(Trace("retrieval", tuple(retrieval), _target(tok, f"{note}</note>"), "note", note))
         accumulated.append((sub, note))
     central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
-    conclude = _target(tok, f"{central_plan(counted, len(hops), len(hops))}</think><conclude></conclude>")
+    conclude = _target(tok, f"{central_plan(counted, hops, len(hops))}</think><conclude></conclude>")
     traces.append(Trace("central", tuple(central), conclude, "conclude", ""))
     answer = as_data(" ".join(question.golden_answers[0].split()))
     conclusion = policy.encode_chat(P.conclusion_messages(question.question, accumulated), PREFILL["conclusion"])
