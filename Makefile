@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Unbuffered Python: a stage's progress lines (warm start, train steps) reach a redirected log as they are printed.
 experiment: setup  ## the default experiment, offline: every DVC stage that exists
-	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHONUNBUFFERED=1 dvc repro
 
 # Two pytest-xdist workers, whole files each (a file's module fixtures are built once), each one torch thread,
 # both reporting flows to one Prefect server that the controller starts while they collect (tests/conftest.py);
