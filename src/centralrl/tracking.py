@@ -6,12 +6,17 @@ of one parent run per experiment. Stages run in separate processes, so the paren
 of the resolved params: same params, same parent) and created by the first stage that needs it. Children carry
 the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash, and
 the hardware the numbers depend on (`hardware.hardware_tags`).
+Stages that start at once on one machine (cells run side by side by hand, or by several Prefect workers) would
+race on a local sqlite store's first steps: creating its schema (MLflow's migrations fail with "table
+alembic_version already exists"), the experiment, and the parent run (two parents). Those steps run under an
+exclusive lock on a file beside the store (`store_lock`); a server store serialises them itself.
 Every param, tag and text goes through `centralrl.redact` first, so a URL's credentials never reach the store;
 the tracking URI itself is handed to MLflow as it is (it needs the credentials to log in).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -115,6 +120,30 @@ HTTP_RETRY_DEFAULTS = {
 }
 
 
+def sqlite_store(uri: str) -> Path | None:
+    """The file of a `sqlite:///path` tracking store (relative or absolute), else None."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or uri == prefix + ":memory:":
+        return None
+    return Path(uri.removeprefix(prefix))
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Held by one process at a time for a local sqlite store (a `<store>.lock` file beside it); a no-op for others."""
+    store = sqlite_store(uri)
+    if store is None:
+        yield
+        return
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with open(store.with_name(store.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class MlflowTracker:
     """MLflow through its public API: one run per `run()`, under the experiment's parent run when `parent` is
     given; runs started inside another run nest under it. A server that stops answering during the run gives a
@@ -129,7 +158,7 @@ class MlflowTracker:
         for name, value in HTTP_RETRY_DEFAULTS.items():
             os.environ.setdefault(name, value)
         mlflow.set_tracking_uri(uri)
-        with self._server_checked():
+        with self._server_checked(), store_lock(uri):
             self.experiment_id = mlflow.set_experiment(experiment).experiment_id
 
     @contextmanager
@@ -151,7 +180,7 @@ class MlflowTracker:
     def parent_run(self, cfg: Config) -> str:
         """The id of the experiment's parent run, created (finished, holding the params) if it is not there yet."""
         key = experiment_key(cfg)
-        with self._server_checked():
+        with self._server_checked(), store_lock(self.uri):
             found = self.mlflow.search_runs(
                 [self.experiment_id],
                 filter_string=f"tags.`{PARENT_TAG}` = '{key}'",

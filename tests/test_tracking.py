@@ -1,0 +1,57 @@
+"""Stages that start at once share a fresh local sqlite MLflow store: each logs its run, and the experiment has
+one parent run (real MLflow, real processes released together)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from conftest import REPO, write_params
+
+CELL = """
+import pathlib, sys, time
+import mlflow  # imported before the start signal, so the processes reach the store together
+from centralrl.config import load_config
+from centralrl.tracking import MlflowTracker
+folder, uri, name = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+(folder / f"{name}.ready").touch()
+while not (folder / "go").exists():
+    time.sleep(0.005)
+tracker = MlflowTracker(uri, "centralrl")
+with tracker.run(name, tags={"stage": "train", "arm": name}, parent=load_config(folder / "params.yaml")):
+    tracker.log_metrics({"reward": 1.0}, step=0)
+"""
+
+CELLS = 4
+
+
+def test_stages_starting_at_once_share_a_fresh_sqlite_store_under_one_parent(tmp_path):
+    import mlflow
+
+    write_params(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    cells = [
+        subprocess.Popen(
+            [sys.executable, "-c", CELL, str(tmp_path), uri, f"cell{i}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(CELLS)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*.ready"))) < CELLS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    outputs = [cell.communicate(timeout=180)[0] for cell in cells]
+    assert [cell.returncode for cell in cells] == [0] * CELLS, "\n".join(outputs)
+
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("centralrl").experiment_id])
+    parents = [r for r in runs if "centralrl.experiment" in r.data.tags]
+    children = {r.data.tags["arm"] for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    assert len(parents) == 1 and children == {f"cell{i}" for i in range(CELLS)}
