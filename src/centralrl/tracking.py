@@ -137,11 +137,8 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     store.parent.mkdir(parents=True, exist_ok=True)
     with open(store.with_name(store.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, an error included
+        yield
 
 
 class MlflowTracker:
