@@ -10,6 +10,9 @@ import time
 
 from conftest import REPO, write_params
 
+from centralrl.config import TrackingConfig
+from centralrl.tracking import open_tracker
+
 CELL = """
 import pathlib, sys, time
 import mlflow  # imported before the start signal, so the processes reach the store together
@@ -55,3 +58,24 @@ def test_stages_starting_at_once_share_a_fresh_sqlite_store_under_one_parent(tmp
     parents = [r for r in runs if "centralrl.experiment" in r.data.tags]
     children = {r.data.tags["arm"] for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
     assert len(parents) == 1 and children == {f"cell{i}" for i in range(CELLS)}
+
+
+def test_a_relative_sqlite_store_is_the_dvc_repositorys_even_from_a_temporary_copy(tmp_path, monkeypatch):
+    """`dvc exp run --temp` and `--queue` run the stages in a temporary copy of the repository, with `DVC_ROOT`
+    naming the repository: a run and its artifacts land in the repository's store, nothing in the copy."""
+    import mlflow
+
+    repo = tmp_path / "repo"
+    copy = repo / ".dvc" / "tmp" / "exps" / "tmpcopy"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(repo))
+    tracker = open_tracker(TrackingConfig(uri="sqlite:///mlflow.db", experiment="queued", system_metrics=False))
+    with tracker.run("train@joint-0-main"):
+        tracker.log_text("a transcript", "transcripts/0.txt")
+
+    assert list(copy.iterdir()) == []
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("queued").experiment_id])
+    assert run.info.run_name == "train@joint-0-main"
+    assert [p.read_text() for p in (repo / "mlruns").rglob("0.txt")] == ["a transcript"]

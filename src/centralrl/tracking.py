@@ -10,6 +10,9 @@ Stages that start at once on one machine (cells run side by side by hand, or by 
 race on a local sqlite store's first steps: creating its schema (MLflow's migrations fail with "table
 alembic_version already exists"), the experiment, and the parent run (two parents). Those steps run under an
 exclusive lock on a file beside the store (`store_lock`); a server store serialises them itself.
+A relative sqlite store is found from DVC's repository root (`store_uri`), not the working directory: `dvc exp run
+--queue` and `--temp` run the stages in a temporary copy of the repository, where `sqlite:///mlflow.db` would be a
+fresh store deleted with the copy. The experiment's artifacts (transcripts, reports) live beside the store too.
 Every param, tag and text goes through `centralrl.redact` first, so a URL's credentials never reach the store;
 the tracking URI itself is handed to MLflow as it is (it needs the credentials to log in).
 """
@@ -120,6 +123,22 @@ HTTP_RETRY_DEFAULTS = {
 }
 
 
+def store_uri(uri: str, root: str | None) -> str:
+    """The tracking URI a stage logs to: a relative `sqlite:///` store is taken from `root`, DVC's repository root
+    (`$DVC_ROOT`, which DVC sets for every stage it runs, to the repository an experiment was started from even when
+    it runs in a temporary copy); every other URI, or any URI when `root` is None, as it is.
+
+    >>> store_uri("sqlite:///mlflow.db", "/repo"), store_uri("sqlite:////abs/m.db", "/repo")
+    ('sqlite:////repo/mlflow.db', 'sqlite:////abs/m.db')
+    >>> store_uri("http://127.0.0.1:5000", "/repo"), store_uri("sqlite:///mlflow.db", None)
+    ('http://127.0.0.1:5000', 'sqlite:///mlflow.db')
+    """
+    store = sqlite_store(uri)
+    if store is None or store.is_absolute() or not root:
+        return uri
+    return f"sqlite:///{Path(root) / store}"
+
+
 def sqlite_store(uri: str) -> Path | None:
     """The file of a `sqlite:///path` tracking store (relative or absolute), else None."""
     prefix = "sqlite:///"
@@ -156,7 +175,16 @@ class MlflowTracker:
             os.environ.setdefault(name, value)
         mlflow.set_tracking_uri(uri)
         with self._server_checked(), store_lock(uri):
-            self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+            self.experiment_id = self._experiment(experiment)
+
+    def _experiment(self, name: str) -> str:
+        """The experiment's id, created if missing; a sqlite store's experiment keeps its artifacts in `mlruns/`
+        beside the store (MLflow's default is the working directory's, which a temporary DVC copy deletes)."""
+        if self.mlflow.get_experiment_by_name(name) is None:
+            store = sqlite_store(self.uri)
+            location = (store.resolve().parent / "mlruns").as_uri() if store else None
+            self.mlflow.create_experiment(name, artifact_location=location)
+        return self.mlflow.set_experiment(name).experiment_id
 
     @contextmanager
     def _server_checked(self) -> Iterator[None]:
@@ -223,5 +251,6 @@ class MlflowTracker:
 
 
 def open_tracker(tracking: TrackingConfig) -> MlflowTracker:
-    check_reachable(tracking.uri)
-    return MlflowTracker(tracking.uri, tracking.experiment, tracking.system_metrics)
+    uri = store_uri(tracking.uri, os.environ.get("DVC_ROOT"))
+    check_reachable(uri)
+    return MlflowTracker(uri, tracking.experiment, tracking.system_metrics)
