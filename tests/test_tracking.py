@@ -1,5 +1,6 @@
-"""Stages that start at once share a fresh local sqlite MLflow store: each logs its run, and the experiment has
-one parent run (real MLflow, real processes released together)."""
+"""A local sqlite MLflow store as stages use it (real MLflow): stages that start at once share a fresh store, each
+logs its run, and the experiment has one parent run (real processes released together); a relative store is the
+DVC repository's, even when DVC runs the stages in a temporary copy."""
 
 from __future__ import annotations
 
