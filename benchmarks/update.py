@@ -16,6 +16,8 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
 - `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time);
 - `new_heap_kept`: the new path with freed memory left in glibc's heap, as before the update and the warm start
   returned it to the OS after each micro-batch (`hardware.return_free_memory`): what that costs and saves;
+- `new_shared_prefix`: the new path with `shared_prefix` (each micro-batch's common prefix run once, its KV
+  expanded to the rows); `new_no_kl` with `kl_coef` 0 (no reference forward); `new_shared_prefix_no_kl` both;
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
@@ -41,6 +43,12 @@ from __future__ import annotations
 import argparse
 import cli
 from cli import check_out, count, count_or_zero, counts, run_main
+
+VARIANTS = {  # path -> train.grpo changes measured against `new`
+    "new_shared_prefix": {"shared_prefix": True},
+    "new_no_kl": {"kl_coef": 0.0},
+    "new_shared_prefix_no_kl": {"shared_prefix": True, "kl_coef": 0.0},
+}
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,7 +84,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def path_names(args: argparse.Namespace) -> list[str]:
     """Every path the update or the warm start section can run with these arguments."""
-    fixed = ["old", "new", "new_float32", "new_bfloat16", "new_checkpointed", "new_heap_kept"]
+    fixed = ["old", "new", "new_float32", "new_bfloat16", "new_checkpointed", "new_heap_kept", *VARIANTS]
     return fixed + [f"new_mb{n}" for n in args.micro_batches] + [f"new_ft{n}" for n in args.forward_tokens]
 
 
@@ -103,7 +111,16 @@ from centralrl.io import write_json
 from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval import open_retriever
 from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
-from centralrl.rl.trainer import Sample, Trainer, _logprobs, _padded, loss_denominator, training_samples, update
+from centralrl.rl.trainer import (
+    Sample,
+    Trainer,
+    _logprobs,
+    _padded,
+    loss_denominator,
+    prefix_positions,
+    training_samples,
+    update,
+)
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
 
@@ -166,22 +183,26 @@ def checkpointed(fn: Callable) -> Callable:
     return run
 
 
-def padding_share(samples: list[Sample], g: GrpoConfig, new: bool) -> float:
-    """Share of padded positions over the micro-batches a path cuts, per adapter: the new path's
-    (`grpo.micro_batches`: sorted, capped in rows and positions) or the old one's (rollout order, rows only)."""
-    real = padded = 0
+def forward_positions(samples: list[Sample], g: GrpoConfig, new: bool) -> dict:
+    """The positions a path's forwards run over the micro-batches it cuts, per adapter: the new path's
+    (`grpo.micro_batches`: sorted, capped in rows and positions; with `shared_prefix`, each micro-batch's common
+    prefix once) or the old one's (rollout order, rows only); and the share of them that is padding."""
+    real = run = 0
     for adapter in sorted({s.adapter for s in samples}):
-        lengths = [len(s.ids) for s in samples if s.adapter == adapter]
+        group = [s for s in samples if s.adapter == adapter]
+        lengths = [len(s.ids) for s in group]
+        common = prefix_positions(group) if new and g.shared_prefix else 0
         if new:
-            batches = micro_batches(lengths, g.micro_batch_size, g.forward_tokens)
+            batches = micro_batches([n - common for n in lengths], g.micro_batch_size, g.forward_tokens)
         else:
             batches = [
                 range(i, min(i + g.micro_batch_size, len(lengths))) for i in range(0, len(lengths), g.micro_batch_size)
             ]
         for rows in batches:
-            real += sum(lengths[i] for i in rows)
-            padded += len(rows) * max(lengths[i] for i in rows)
-    return 1 - real / padded
+            shared = prefix_positions([group[i] for i in rows]) if new and g.shared_prefix else 0
+            real += sum(lengths[i] - shared for i in rows) + shared
+            run += len(rows) * (max(lengths[i] for i in rows) - shared) + shared
+    return {"forward_positions": run, "padding_share": round(1 - real / run, 4)}
 
 
 def reset_peak() -> None:
@@ -275,6 +296,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
         settings[f"new_mb{n}"] = (update, g.model_copy(update={"micro_batch_size": n}), True)
     for n in args.forward_tokens:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
+    settings |= {name: (update, g.model_copy(update=changes), True) for name, changes in VARIANTS.items()}
     settings["new_checkpointed"] = (checkpointed(update), g, True)
     settings["new_heap_kept"] = (heap_kept(update), g, True)
     settings = selected(settings, args.paths, "update")
@@ -294,7 +316,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
             "micro_batch_size": gc_.micro_batch_size,
             "forward_tokens": gc_.forward_tokens if by_length else None,
             "precision": str(compute_dtype(gc_.precision, policy.device)).removeprefix("torch."),
-            "padding_share": round(padding_share(samples, gc_, by_length), 4),
+            **forward_positions(samples, gc_, by_length),
             "trained_tokens_per_s": round(trained / f["wall_seconds"], 2),
             "trained_tokens_per_core_s": round(trained / f["core_seconds"], 2),
             "sequence_tokens_per_s": round(sequence / f["wall_seconds"], 2),
@@ -313,6 +335,10 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
                 "update_speedup_trained_tokens_per_s": ("old", "new", "wall_seconds"),  # same trained tokens
                 "update_speedup_trained_tokens_per_core_s": ("old", "new", "core_seconds"),
                 f"{other}_speedup_core_seconds": ("old", f"new_{other}", "core_seconds"),
+                "shared_prefix_speedup_core_seconds": ("new", "new_shared_prefix", "core_seconds"),
+                "no_kl_speedup_core_seconds": ("new", "new_no_kl", "core_seconds"),
+                "shared_prefix_no_kl_speedup_core_seconds": ("new", "new_shared_prefix_no_kl", "core_seconds"),
+                "update_speedup_core_seconds_shared_prefix_no_kl": ("old", "new_shared_prefix_no_kl", "core_seconds"),
             },
         ),
     }

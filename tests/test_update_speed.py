@@ -1,6 +1,7 @@
 """The cheaper GRPO update (issue 12) on a tiny real Qwen2 with LoRA adapters: completion-only log-probs equal the
-full-logit ones, the update's gradients are the full-logit loss's, a bf16 update trains, and the old log-probs are
-the rollout's recorded ones. benchmarks/update.py measures the speed; nothing here is timed."""
+full-logit ones, the update's gradients are the full-logit loss's, a shared prefix run once changes neither, a bf16
+update trains, and the old log-probs are the rollout's recorded ones. benchmarks/update.py measures the speed;
+nothing here is timed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from centralrl.harness.engine import open_policy
 from centralrl.models.adapters import attach_adapters, role_adapters, set_activation_checkpointing
 from centralrl.models.backbone import load_backbone
 from centralrl.rl.grpo import grpo_loss, token_logprobs
-from centralrl.rl.trainer import Sample, _logprobs, _padded, loss_denominator, update
+from centralrl.rl.trainer import Sample, _logprobs, _padded, loss_denominator, prefix_positions, update
 
 ROLES = ["central", "retrieval"]
 LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj", "lm_head"])
@@ -32,14 +33,19 @@ def peft(tiny_backbone):
     return model, tokenizer
 
 
-def make_samples(model, tokenizer, shift: float = 0.0, advantages=(1.0, -0.5, 0.25, 2.0)) -> list[Sample]:
-    """Four sequences of different lengths over both adapters, whose recorded log-probs are the float32 policy's
-    own (as a float32 rollout records them) plus `shift`."""
+def make_samples(
+    model, tokenizer, shift: float = 0.0, advantages=(1.0, -0.5, 0.25, 2.0), plan=None, system: int = 0
+) -> list[Sample]:
+    """Sequences of different lengths over both adapters (four by default: `plan` holds (adapter, prompt length,
+    completion length)), whose recorded log-probs are the float32 policy's own (as a float32 rollout records them)
+    plus `shift`. Each adapter's prompts open with the same `system` tokens, as a role's system prompt."""
     g = torch.Generator().manual_seed(1)
-    plan = [("central", 13, 5), ("retrieval", 9, 3), ("central", 6, 4), ("retrieval", 17, 6)]
+    plan = plan or [("central", 13, 5), ("retrieval", 9, 3), ("central", 6, 4), ("retrieval", 17, 6)]
+    openings = {a: torch.randint(3, len(tokenizer), (system,), generator=g).tolist() for a in ROLES}
     samples = []
     for (adapter, prompt, completion), advantage in zip(plan, advantages):
-        ids = tuple(torch.randint(3, len(tokenizer), (prompt + completion,), generator=g).tolist())
+        own = torch.randint(3, len(tokenizer), (prompt + completion - system,), generator=g).tolist()
+        ids = tuple(openings[adapter] + own)
         draft = Sample(adapter, ids, prompt, advantage, (0.0,) * completion)
         samples.append(Sample(adapter, ids, prompt, advantage, tuple(v + shift for v in full_recorded(model, draft))))
     return samples
@@ -128,6 +134,36 @@ def test_activation_checkpointing_gives_the_same_update(peft):
     assert plain_grads.keys() == checkpointed_grads.keys() and any(v.abs().max() > 0 for v in plain_grads.values())
     for name, grad in plain_grads.items():
         torch.testing.assert_close(checkpointed_grads[name], grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+def test_a_shared_prefix_run_once_gives_the_same_logprobs_and_update(peft):
+    """`shared_prefix`: each micro-batch's common prefix runs once as one row, its KV expanded to every row. The
+    log-probs equal the full-logit ones, and the loss and every gradient equal the plain update's (which the test
+    above checks against the full-logit loss), with the KL reference forward sharing the prefix too."""
+    model, tokenizer = peft
+    plan = [("central", 14, 5), ("retrieval", 11, 3), ("central", 12, 4), ("retrieval", 17, 6), ("central", 9, 3)]
+    samples = make_samples(model, tokenizer, 0.1, (1.0, -0.5, 0.25, 2.0, -1.0), plan, system=8)
+    central = [s for s in samples if s.adapter == "central"]
+    assert prefix_positions(central) == 8  # the opening, and no position that predicts a trained token
+    ids, attention, mask, _ = _padded(central, tokenizer.pad_token_id, "cpu")
+    base = model.get_base_model()
+    model.set_adapter("central")
+    with torch.no_grad():
+        shared = _logprobs(base.base_model, base.get_output_embeddings(), ids, attention, mask, TEMPERATURE, 8)
+        torch.testing.assert_close(shared[mask], full_logprobs(model, ids, attention)[mask], atol=1e-5, rtol=0)
+    runs = []
+    for on in (False, True):
+        g = GrpoConfig(precision="float32", micro_batch_size=2, forward_tokens=40, kl_coef=0.05, shared_prefix=on)
+        model.zero_grad(set_to_none=True)
+        totals = update(model, samples, g, TEMPERATURE, tokenizer.pad_token_id, loss_denominator(samples, "token"))
+        runs.append((totals, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (plain, plain_grads), (once, once_grads) = runs
+    assert plain == pytest.approx(once, rel=1e-5, abs=1e-7) and plain["kl"] > 0
+    assert plain_grads.keys() == once_grads.keys() and any(v.abs().max() > 0 for v in plain_grads.values())
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(once_grads[name], grad, atol=1e-7, rtol=1e-4, msg=name)
+    with pytest.raises(ValueError, match="shared_prefix and activation_checkpointing"):
+        GrpoConfig(shared_prefix=True, activation_checkpointing=True)
 
 
 def test_old_logprobs_are_the_recorded_ones(peft):

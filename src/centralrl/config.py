@@ -585,6 +585,13 @@ class GrpoConfig(Section):
         "in bf16, ~3 MB in float32)",
     )
     activation_checkpointing: bool = Field(False, description=CHECKPOINTING_HELP)
+    shared_prefix: bool = Field(
+        False,
+        description="run the token prefix common to a micro-batch's sequences (a role's system prompt at least) "
+        "once, as one row, and expand its KV to every row; forward_tokens then counts the positions after the "
+        "prefix common to each adapter's samples, so more rows share it. The same log-probs (to float rounding) "
+        "for less compute (benchmarks/update.py); off by default until the committed results are regenerated",
+    )
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         "float32",
         description="compute dtype of the update's forwards (bf16 autocast; weights, gradients and log-probs stay "
@@ -592,6 +599,15 @@ class GrpoConfig(Section):
         "the toy task a bf16 update did not learn (reward 0.31 -> 0.53 in 6 steps) where float32 reached 1.0",
     )
     checkpoint_every: int = Field(1, ge=1, description="save the full training state every N steps")
+
+    @model_validator(mode="after")
+    def _prefix_cache_survives_the_forward(self) -> GrpoConfig:
+        if self.shared_prefix and self.activation_checkpointing:
+            raise ValueError(
+                "shared_prefix and activation_checkpointing cannot both be true: a checkpointed decoder layer "
+                "drops the KV cache that carries the shared prefix to the rows"
+            )
+        return self
 
 
 class HealthConfig(Section):

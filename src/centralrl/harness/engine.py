@@ -119,7 +119,7 @@ def causal_lm(model: PreTrainedModel) -> PreTrainedModel:
 
 
 @functools.cache
-def _cache_argument(model_class: type) -> str:
+def cache_argument(model_class: type) -> str:
     """transformers 5 names the KV cache argument `cache`; 4.x names it `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
@@ -245,7 +245,7 @@ def _forward(lm: PreTrainedModel, ids, mask, positions, cache: DynamicCache) -> 
         position_ids=positions,
         use_cache=True,
         logits_to_keep=last,
-        **{_cache_argument(type(lm)): cache},
+        **{cache_argument(type(lm)): cache},
     )
     return out.logits[:, -1]
 

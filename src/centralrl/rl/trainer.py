@@ -29,7 +29,10 @@ The update (`update`) runs the decoder, then the output head only at the positio
 arithmetic; the head and the log-probs in float32), on micro-batches cut from each adapter's samples sorted by
 length (less padding) and capped in padded positions (`forward_tokens`, which bounds peak memory). The
 head-only-where-trained shortcut is the causal LM's own computation for models whose logits are head(last hidden
-state), as Qwen2 and Llama/SmolLM2.
+state), as Qwen2 and Llama/SmolLM2. With `shared_prefix`, each micro-batch's common token prefix (a role's system
+prompt at least; a group's question too where its rows share it) runs once and its KV is expanded to every row,
+as the rollout engine prefills it; the FLOPs counted stay the model's per-sequence figure (`compute`), as for the
+rollout's shared prefill, so a budget does not depend on this choice.
 
 Processes (`train.processes`, see `centralrl.distributed`): each process rolls out its contiguous share of the
 step's questions with its own sampling stream, the loss is normalised by the trained tokens of every process,
@@ -52,13 +55,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.nn.utils import clip_grad_norm_
+from transformers import DynamicCache
 
 from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
 from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig
 from centralrl.distributed import World
 from centralrl.errors import DataError
-from centralrl.harness.engine import RolePolicy
+from centralrl.harness.engine import RolePolicy, cache_argument, shared_prefix
 from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.models.adapters import set_activation_checkpointing
@@ -156,12 +160,32 @@ def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), attention.to(device), loss_mask.to(device), recorded.to(device)
 
 
-def _logprobs(decoder, head, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, temperature: float):
+def _logprobs(
+    decoder, head, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, temperature: float, shared: int = 0
+):
     """Log-probs [B, L-1] of the tokens `mask` marks (0 elsewhere): the decoder over every position, the output
-    head only where a trained token is predicted."""
-    hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state[:, :-1]
-    trained = head_logprobs(hidden[mask], head, ids[:, 1:][mask], temperature)
+    head only where a trained token is predicted. The first `shared` positions, the same in every row and
+    predicting no trained token, run once as one row whose KV is expanded to every row (autograd sums the rows'
+    gradients back through the expansion); the rest of each row attends to them through that cache."""
+    cache = {}
+    if shared:
+        cache = {cache_argument(type(decoder)): DynamicCache(config=decoder.config)}
+        decoder(input_ids=ids[:1, :shared], use_cache=True, **cache)
+        next(iter(cache.values())).batch_repeat_interleave(len(ids))
+    hidden = decoder(input_ids=ids[:, shared:], attention_mask=attention, use_cache=bool(cache), **cache)
+    keep = mask[:, shared:]
+    trained = head_logprobs(hidden.last_hidden_state[:, :-1][keep], head, ids[:, shared + 1 :][keep], temperature)
     return torch.zeros(mask.shape, device=trained.device).masked_scatter(mask, trained)
+
+
+def prefix_positions(samples: Sequence[Sample]) -> int:
+    """The leading positions every sample's ids share and none of them trains on (the last prompt position
+    predicts the first trained token, so it stays each row's own).
+
+    >>> prefix_positions([Sample("a", (1, 2, 3, 4, 5), 3, 1.0, (0.0, 0.0)), Sample("a", (1, 2, 3, 6), 3, 1.0, (0.0,))])
+    2
+    """
+    return min(shared_prefix([s.ids for s in samples]), min(s.completion_start for s in samples) - 1)
 
 
 def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
@@ -176,10 +200,12 @@ def update(
     whole step's batch, over every process); return the sums over trained tokens of the loss, clipped tokens, KL
     and drift (|update log-prob - recorded log-prob|), and the token count. Each adapter's samples are sorted by
     length and cut into micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded
-    positions (`grpo.micro_batches`); the forwards run in bf16 autocast when `g.precision` resolves to bfloat16
-    on the model's device. After each micro-batch's backward its freed activations go back to the OS
-    (`hardware.return_free_memory`): the next micro-batch's have other shapes, glibc could not fit them in the
-    holes, and the heap grew (a joint step's update peaked at 3.5-3.8 GB RSS without, measured)."""
+    positions (`grpo.micro_batches`; with `shared_prefix`, positions after the prefix all the adapter's samples
+    share, which each micro-batch runs once: `prefix_positions`); the forwards run in bf16 autocast when
+    `g.precision` resolves to bfloat16 on the model's device. After each micro-batch's backward its freed
+    activations go back to the OS (`hardware.return_free_memory`): the next micro-batch's have other shapes, glibc
+    could not fit them in the holes, and the heap grew (a joint step's update peaked at 3.5-3.8 GB RSS without,
+    measured)."""
     device = next(model.parameters()).device
     bf16 = compute_dtype(g.precision, device) == torch.bfloat16
     base = model.get_base_model()
@@ -188,15 +214,17 @@ def update(
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         model.set_adapter(adapter)
-        for rows in micro_batches([len(s.ids) for s in group], g.micro_batch_size, g.forward_tokens):
+        common = prefix_positions(group) if g.shared_prefix else 0
+        for rows in micro_batches([len(s.ids) - common for s in group], g.micro_batch_size, g.forward_tokens):
             batch = [group[i] for i in rows]
+            shared = prefix_positions(batch) if g.shared_prefix else 0
             ids, attention, mask, recorded = _padded(batch, pad, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 reference = None
                 if g.kl_coef:  # the starting policy is this model with its adapters off: no second copy in memory
                     with torch.no_grad(), model.disable_adapter():
-                        reference = _logprobs(decoder, head, ids, attention, mask, temperature)
-                logp = _logprobs(decoder, head, ids, attention, mask, temperature)
+                        reference = _logprobs(decoder, head, ids, attention, mask, temperature, shared)
+                logp = _logprobs(decoder, head, ids, attention, mask, temperature, shared)
             advantages = torch.tensor([s.advantage for s in batch], device=device)
             loss, stats = grpo_loss(
                 logp, recorded, reference, advantages, mask, g.clip_eps, g.kl_coef, g.loss_normalization, denominator
