@@ -153,6 +153,32 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
     assert [line.split(": reward")[0] for line in lines] == [f"step {k}/6" for k in range(1, diverged + 1)]
 
 
+def test_without_a_kl_term_the_kl_is_measured_every_kl_every_steps_and_its_guard_stops_the_run(
+    tiny_backbone, tmp_path
+):
+    """kl_coef 0 skips the reference forward, except every `kl_every` steps, whose KL the max_kl guard reads; the
+    other steps have no "kl" (not a 0 that would read as an unmoved policy). kl_every 0: no KL, no KL guard."""
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    grpo = {"kl_coef": 0.0, "learning_rate": 0.5, "steps": 4}
+    always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, {"kl_every": 2, "max_kl": 1e-3})
+    lines: list[str] = []
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 2: kl to the starting policy"):
+        run_steps(
+            trainer.cfg, trainer, Progress([]), tmp_path / "state", "key", always_signal, NullTracker(), lines.append
+        )
+    assert len(lines) == 2  # step 1 passed: its KL was not measured
+    unwatched = _trainer(tiny_backbone, tmp_path / "never", ["conclusion"], grpo, {"kl_every": 0, "max_kl": 1e-3})
+    progress = Progress([])
+    run_steps(unwatched.cfg, unwatched, progress, tmp_path / "never" / "state", "key", always_signal, NullTracker())
+    assert unwatched.step == 4 and all("kl" not in row for row in progress.history)
+    assert progress.history[0]["flops.update"] > 0
+
+
 def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone, tmp_path):
     """Rewards positive, then 0 everywhere: the zero steps are skipped (no KL), and the collapse guard stops it."""
     from centralrl.rl.checkpoint import Progress

@@ -618,6 +618,13 @@ class HealthConfig(Section):
     max_kl: float = Field(
         2.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"
     )
+    kl_every: int = Field(
+        4,
+        ge=0,
+        description="with train.grpo.kl_coef 0 (no KL term, so no reference forward), still measure the KL to the "
+        "starting policy every N steps, with one no-grad reference forward, so that max_kl can stop the run; "
+        "0: never. With kl_coef > 0 it is measured every step",
+    )
     dead_questions: int = Field(
         12,
         ge=0,

@@ -194,11 +194,19 @@ def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
 
 
 def update(
-    model, samples: Sequence[Sample], g: GrpoConfig, temperature: float, pad: int, denominator: float
+    model,
+    samples: Sequence[Sample],
+    g: GrpoConfig,
+    temperature: float,
+    pad: int,
+    denominator: float,
+    measure_kl: bool = False,
 ) -> dict[str, float]:
     """Accumulate the GRPO loss over micro-batches, grouped by adapter, normalised by `denominator` (that of the
     whole step's batch, over every process); return the sums over trained tokens of the loss, clipped tokens, KL
-    and drift (|update log-prob - recorded log-prob|), and the token count. Each adapter's samples are sorted by
+    and drift (|update log-prob - recorded log-prob|), and the token count. The KL to the start needs the reference
+    forward (the adapters disabled, no grad): it runs when `kl_coef` > 0 or `measure_kl` (the KL monitor of a run
+    without a KL term); else the KL sum is 0. Each adapter's samples are sorted by
     length and cut into micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded
     positions (`grpo.micro_batches`; with `shared_prefix`, positions after the prefix all the adapter's samples
     share, which each micro-batch runs once: `prefix_positions`); the forwards run in bf16 autocast when
@@ -221,7 +229,7 @@ def update(
             ids, attention, mask, recorded = _padded(batch, pad, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 reference = None
-                if g.kl_coef:  # the starting policy is this model with its adapters off: no second copy in memory
+                if g.kl_coef or measure_kl:  # the starting policy: this model with its adapters off, no second copy
                     with torch.no_grad(), model.disable_adapter():
                         reference = _logprobs(decoder, head, ids, attention, mask, temperature, shared)
                 logp = _logprobs(decoder, head, ids, attention, mask, temperature, shared)
@@ -399,10 +407,11 @@ class Trainer:
         )
         local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
         grad_norm = 0.0
+        measured = bool(informative_groups) and self.measures_kl()
         if informative_groups:
-            local, grad_norm = self._optimize(samples, denominator)
+            local, grad_norm = self._optimize(samples, denominator, measured)
         self.step += 1
-        metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm)
+        metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm, measured)
         # sorted: a set of adapter names iterates in an order that changes with PYTHONHASHSEED (the history bytes)
         untrained = {f"trained_tokens.{a}": 0.0 for a in sorted({a for a in self.policy.adapters.values() if a})}
         return (
@@ -415,7 +424,15 @@ class Trainer:
             }
         )
 
-    def _optimize(self, samples: Sequence[Sample], denominator: float) -> tuple[dict[str, float], float]:
+    def measures_kl(self) -> bool:
+        """Whether the coming step's update runs the reference forward: every step with a KL term, else every
+        `train.health.kl_every` steps (the monitor that lets `max_kl` stop a run without a KL term)."""
+        every = self.cfg.train.health.kl_every
+        return self.cfg.train.grpo.kl_coef > 0 or (every > 0 and (self.step + 1) % every == 0)
+
+    def _optimize(
+        self, samples: Sequence[Sample], denominator: float, measure_kl: bool
+    ) -> tuple[dict[str, float], float]:
         """`updates_per_rollout` times: the update, the summed gradients clipped, one optimizer step; then one
         schedule step (its horizon is rollout steps). Returns the update sums over every pass (the loss as their
         mean) and the mean grad norm."""
@@ -433,6 +450,7 @@ class Trainer:
                     self.cfg.harness.temperature,
                     self.policy.tokenizer.pad_token_id,
                     denominator,
+                    measure_kl,
                 )
                 totals = {k: totals.get(k, 0.0) + v for k, v in local.items()}
                 self.world.sum_gradients(self.parameters)
@@ -452,8 +470,11 @@ class Trainer:
         samples: Sequence[Sample],
         local: dict[str, float],
         grad_norm: float,
+        measured_kl: bool,
     ) -> dict[str, float]:
-        """The step's metrics over every process's episodes, samples and update sums."""
+        """The step's metrics over every process's episodes, samples and update sums; `measured_kl`: whether the
+        update ran the reference forward (its FLOPs count). Without a KL term, "kl" is there only for the steps
+        that measured it (`measures_kl`): a 0 would read as a policy that had not moved."""
         g = self.cfg.train.grpo
         totals = dict(zip(local, self.world.total(list(local.values()))))
         episodes, samples = self.world.gather(episodes), self.world.gather(samples)
@@ -466,8 +487,10 @@ class Trainer:
             "learning_rate": self.scheduler.get_last_lr()[0],
             "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
             "flops.update": g.updates_per_rollout
-            * float(sum(update_flops(self.shape, len(s.ids), reference_forward=g.kl_coef > 0) for s in samples)),
+            * float(sum(update_flops(self.shape, len(s.ids), reference_forward=measured_kl) for s in samples)),
         }
+        if not (g.kl_coef > 0 or measured_kl):
+            del stats["kl"]
         return step_metrics(episodes, rewards, samples, stats)
 
     def train_step(self) -> dict[str, float]:
