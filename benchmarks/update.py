@@ -199,7 +199,7 @@ def forward_positions(samples: list[Sample], g: GrpoConfig, new: bool) -> dict:
                 range(i, min(i + g.micro_batch_size, len(lengths))) for i in range(0, len(lengths), g.micro_batch_size)
             ]
         for rows in batches:
-            shared = prefix_positions([group[i] for i in rows]) if new and g.shared_prefix else 0
+            shared = prefix_positions([group[i] for i in rows]) if new and g.shared_prefix and len(rows) > 1 else 0
             real += sum(lengths[i] - shared for i in rows) + shared
             run += len(rows) * (max(lengths[i] for i in rows) - shared) + shared
     return {"forward_positions": run, "padding_share": round(1 - real / run, 4)}

@@ -225,7 +225,7 @@ def update(
         common = prefix_positions(group) if g.shared_prefix else 0
         for rows in micro_batches([len(s.ids) - common for s in group], g.micro_batch_size, g.forward_tokens):
             batch = [group[i] for i in rows]
-            shared = prefix_positions(batch) if g.shared_prefix else 0
+            shared = prefix_positions(batch) if g.shared_prefix and len(batch) > 1 else 0  # one row: no saving
             ids, attention, mask, recorded = _padded(batch, pad, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 reference = None
