@@ -110,14 +110,14 @@ from centralrl.harness.engine import open_policy
 from centralrl.io import write_json
 from centralrl.models.adapters import set_activation_checkpointing
 from centralrl.retrieval import open_retriever
-from centralrl.rl.grpo import group_advantages, grpo_loss, micro_batches, token_logprobs
+from centralrl.rl.grpo import group_advantages, grpo_loss, token_logprobs
 from centralrl.rl.trainer import (
     Sample,
     Trainer,
     _logprobs,
     _padded,
+    forward_batches,
     loss_denominator,
-    prefix_positions,
     training_samples,
     update,
 )
@@ -185,21 +185,18 @@ def checkpointed(fn: Callable) -> Callable:
 
 def forward_positions(samples: list[Sample], g: GrpoConfig, new: bool) -> dict:
     """The positions a path's forwards run over the micro-batches it cuts, per adapter: the new path's
-    (`grpo.micro_batches`: sorted, capped in rows and positions; with `shared_prefix`, each micro-batch's common
-    prefix once) or the old one's (rollout order, rows only); and the share of them that is padding."""
+    (`trainer.forward_batches`: sorted, capped in rows and positions; with `shared_prefix`, each micro-batch's
+    common prefix once) or the old one's (rollout order, rows only); and the share of them that is padding."""
     real = run = 0
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         lengths = [len(s.ids) for s in group]
-        common = prefix_positions(group) if new and g.shared_prefix else 0
         if new:
-            batches = micro_batches([n - common for n in lengths], g.micro_batch_size, g.forward_tokens)
+            batches = forward_batches(group, g)
         else:
-            batches = [
-                range(i, min(i + g.micro_batch_size, len(lengths))) for i in range(0, len(lengths), g.micro_batch_size)
-            ]
-        for rows in batches:
-            shared = prefix_positions([group[i] for i in rows]) if new and g.shared_prefix and len(rows) > 1 else 0
+            step = g.micro_batch_size
+            batches = [(range(i, min(i + step, len(lengths))), 0) for i in range(0, len(lengths), step)]
+        for rows, shared in batches:
             real += sum(lengths[i] - shared for i in rows) + shared
             run += len(rows) * (max(lengths[i] for i in rows) - shared) + shared
     return {"forward_positions": run, "padding_share": round(1 - real / run, 4)}

@@ -188,6 +188,17 @@ def prefix_positions(samples: Sequence[Sample]) -> int:
     return min(shared_prefix([s.ids for s in samples]), min(s.completion_start for s in samples) - 1)
 
 
+def forward_batches(group: Sequence[Sample], g: GrpoConfig) -> list[tuple[list[int], int]]:
+    """The micro-batches `update` runs over one adapter's samples, each with the prefix positions it runs once:
+    sorted by length and capped (`grpo.micro_batches`); with `shared_prefix` the caps count the positions after
+    the prefix all of them share, and a micro-batch of several rows runs its own common prefix once (one row
+    runs whole: nothing to save)."""
+    common = prefix_positions(group) if g.shared_prefix else 0
+    batches = micro_batches([len(s.ids) - common for s in group], g.micro_batch_size, g.forward_tokens)
+    sharing = g.shared_prefix
+    return [(rows, prefix_positions([group[i] for i in rows]) if sharing and len(rows) > 1 else 0) for rows in batches]
+
+
 def loss_denominator(samples: Sequence[Sample], mode: str) -> float:
     """The loss's normaliser over `samples`: trained tokens ("token") or sequences ("sequence")."""
     return float(sum(s.trained_tokens for s in samples)) if mode == "token" else float(len(samples))
@@ -206,11 +217,10 @@ def update(
     whole step's batch, over every process); return the sums over trained tokens of the loss, clipped tokens, KL
     and drift (|update log-prob - recorded log-prob|), and the token count. The KL to the start needs the reference
     forward (the adapters disabled, no grad): it runs when `kl_coef` > 0 or `measure_kl` (the KL monitor of a run
-    without a KL term); else the KL sum is 0. Each adapter's samples are sorted by
-    length and cut into micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded
-    positions (`grpo.micro_batches`; with `shared_prefix`, positions after the prefix all the adapter's samples
-    share, which each micro-batch runs once: `prefix_positions`); the forwards run in bf16 autocast when
-    `g.precision` resolves to bfloat16 on the model's device. After each micro-batch's backward its freed
+    without a KL term); else the KL sum is 0. Each adapter's samples are sorted by length and cut into
+    micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded positions
+    (`forward_batches`, which also says what prefix each runs once under `shared_prefix`); the forwards run in bf16
+    autocast when `g.precision` resolves to bfloat16 on the model's device. After each micro-batch's backward its freed
     activations go back to the OS (`hardware.return_free_memory`): the next micro-batch's have other shapes, glibc
     could not fit them in the holes, and the heap grew (a joint step's update peaked at 3.5-3.8 GB RSS without,
     measured)."""
@@ -222,10 +232,8 @@ def update(
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         model.set_adapter(adapter)
-        common = prefix_positions(group) if g.shared_prefix else 0
-        for rows in micro_batches([len(s.ids) - common for s in group], g.micro_batch_size, g.forward_tokens):
+        for rows, shared in forward_batches(group, g):
             batch = [group[i] for i in rows]
-            shared = prefix_positions(batch) if g.shared_prefix and len(batch) > 1 else 0  # one row: no saving
             ids, attention, mask, recorded = _padded(batch, pad, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 reference = None
