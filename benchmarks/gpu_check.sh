@@ -6,6 +6,8 @@
 #      only the data, the index and the backbone, so it comes first: a lease that ends early still has it;
 #   2. the rest of the smoke DAG (`dvc repro`), under a watchdog: past DAG_TIMEOUT seconds (default 300)
 #      every stage process still running gets SIGABRT, and Python's faulthandler prints where it stood;
+#   3. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
+#      --paths old new new_shared_prefix_no_kl`);
 # then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/).
 #
 # Needs a CUDA build of torch and the project installed, e.g.
@@ -90,13 +92,18 @@ dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not t
 grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
 cp report/report.md "$out/smoke_report.md"
 
+echo "== 3. update throughput"
+"$python" "$repo/benchmarks/update.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
+  --questions data/train.jsonl --paths old new new_shared_prefix_no_kl --out "$out/update.json"
+
 echo "== figures"
 "$python" - "$out" "$dag_seconds" <<'PY'
 import json, sys
 from pathlib import Path
 out, dag_seconds = Path(sys.argv[1]), int(sys.argv[2])
 figures = {"device": (out / "device.txt").read_text().strip(), "smoke_dag_seconds": dag_seconds,
-           "rollout": json.loads((out / "rollout.json").read_text())}
+           "rollout": json.loads((out / "rollout.json").read_text()),
+           "update": json.loads((out / "update.json").read_text())}
 (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
 print(json.dumps(figures, indent=2))
 PY
