@@ -49,24 +49,38 @@ def health_problem(metrics: dict[str, float], max_kl: float) -> str | None:
     return None
 
 
-def collapse_problem(rewards: list[float], dead_questions: int, questions_per_step: int) -> str | None:
-    """A reward collapse in a run's per-step mean rewards (oldest first), or None: the last
-    ceil(`dead_questions` / `questions_per_step`) are all 0 after an earlier positive one (0 disables the check).
+def collapse_problem(history: list[dict[str, float]], dead_questions: int, questions_per_step: int) -> str | None:
+    """A reward collapse in a run's per-step metrics (oldest first), or None: the last ceil(`dead_questions` /
+    `questions_per_step`) steps' mean rewards are all 0 after an earlier positive one (0 disables the check). It
+    names the roles every one of whose outputs in those steps was an invalid action (the protocol lost, as at
+    learning rate 3e-3: docs/probes.md), as against answers that are merely wrong.
 
-    >>> collapse_problem([0.3, 0.2, 0.0, 0.0, 0.0], dead_questions=6, questions_per_step=2)
-    'mean reward 0 in the last 3 steps (6 questions, train.health.dead_questions) after 0.3 earlier: a collapse'
-    >>> collapse_problem([0.3, 0.0, 0.0], dead_questions=6, questions_per_step=2) is None  # 4 questions so far
+    >>> runs = [(0.3, 0), (0.2, 0.1), (0, 1), (0, 1), (0, 1)]  # (mean reward, central's invalid-action rate)
+    >>> rows = [{"reward_mean": r, "invalid_rate.central": i} for r, i in runs]
+    >>> problem = collapse_problem(rows, dead_questions=6, questions_per_step=2)
+    >>> problem.split(": ")[0]
+    'mean reward 0 in the last 3 steps (6 questions, train.health.dead_questions) after 0.3 earlier'
+    >>> problem.split(": ")[1]
+    'a collapse (every central output of those steps was an invalid action)'
+    >>> collapse_problem(rows[:4] + [{"reward_mean": 0, "invalid_rate.central": 0.5}], 6, 2).endswith("a collapse")
     True
-    >>> collapse_problem([0.0, 0.0, 0.0], dead_questions=2, questions_per_step=2) is None  # never positive
+    >>> collapse_problem(rows[:3], dead_questions=6, questions_per_step=2) is None  # 4 questions so far
+    True
+    >>> collapse_problem(rows[2:], dead_questions=2, questions_per_step=2) is None  # never positive
     True
     """
+    rewards = [row["reward_mean"] for row in history]
     dead_steps = -(-dead_questions // questions_per_step)
     if dead_steps == 0 or len(rewards) <= dead_steps or any(rewards[-dead_steps:]):
         return None
     best = max(rewards[:-dead_steps])
     if best <= 0:
         return None
+    dead = history[-dead_steps:]
+    roles = [key.removeprefix("invalid_rate.") for key in dead[-1] if key.startswith("invalid_rate.")]
+    lost = [role for role in roles if all(row.get(f"invalid_rate.{role}", 0.0) >= 1.0 for row in dead)]
+    why = f" (every {' and '.join(lost)} output of those steps was an invalid action)" if lost else ""
     return (
         f"mean reward 0 in the last {dead_steps} steps ({dead_steps * questions_per_step} questions, "
-        f"train.health.dead_questions) after {best:.3g} earlier: a collapse"
+        f"train.health.dead_questions) after {best:.3g} earlier: a collapse{why}"
     )

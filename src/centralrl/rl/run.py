@@ -272,17 +272,17 @@ def run_steps(
         if log:
             g = cfg.train.grpo
             log(step_line(trainer.step, g.steps, g.group_size, metrics, timing["step_seconds"]))
-        _stop_if_diverged(cfg, metrics, [row["reward_mean"] for row in progress.history], trainer.step, state)
+        _stop_if_diverged(cfg, metrics, progress.history, trainer.step, state)
         cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
         if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
             phases.checkpoint(trainer, state, progress, key)
 
 
-def _stop_if_diverged(cfg: Config, metrics: dict[str, float], rewards: list[float], step: int, state: Path) -> None:
+def _stop_if_diverged(cfg: Config, metrics: dict[str, float], history: list[dict], step: int, state: Path) -> None:
     health = cfg.train.health
     problem = health_problem(metrics, health.max_kl) or collapse_problem(
-        rewards, health.dead_questions, cfg.train.grpo.questions_per_step
+        history, health.dead_questions, cfg.train.grpo.questions_per_step
     )
     if problem:
         kept = sorted(state.glob("step-*"))
