@@ -88,7 +88,8 @@ def test_a_signal_to_dvc_stops_the_stage_and_everything_it_started(tmp_path, mig
         repro.wait(60)
         assert not alive, f"still running after {how} to dvc: {[p.cmdline() for p in alive]}"
         out = tmp_path / how / "out"
-        assert not out.is_dir() or not list(out.iterdir()), f"{how}: a partial output or temporary was left"
+        log = (tmp_path / how / "repro.log").read_text(errors="replace")[-3000:]  # how the stage stopped
+        assert not out.is_dir() or not list(out.iterdir()), f"{how}: a partial output or temporary was left:\n{log}"
 
 
 STOPPABLE = """
