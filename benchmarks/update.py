@@ -216,15 +216,24 @@ def peak_rss_gb() -> float:
 
 
 def measured(run: Callable[[], object]) -> dict:
+    """One run's CPU and wall seconds and peak RSS; on a GPU also its peak allocated GPU memory (the clocks stop
+    after the GPU's queued work has finished)."""
     reset_peak()
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     before = peak_rss_gb()  # right after the reset: the resident memory the path starts from
     cpu, wall = time.process_time(), time.perf_counter()
     run()
+    if cuda:
+        torch.cuda.synchronize()
     return {
         "core_seconds": time.process_time() - cpu,
         "wall_seconds": time.perf_counter() - wall,
         "rss": peak_rss_gb(),
         "rss_before": before,
+        **({"gpu": round(torch.cuda.max_memory_allocated() / 1e9, 3)} if cuda else {}),
     }
 
 
@@ -243,6 +252,7 @@ def interleaved(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str
             "core_seconds_rounds": [round(r["core_seconds"], 2) for r in rs],
             "peak_rss_gb": max(r["rss"] for r in rs),
             "rss_at_start_gb": min(r["rss_before"] for r in rs),
+            **({"peak_gpu_allocated_gb": max(r["gpu"] for r in rs)} if "gpu" in rs[0] else {}),
         }
         for name, rs in runs.items()
     }
