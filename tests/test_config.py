@@ -69,7 +69,7 @@ def test_unknown_profile_lists_the_known_ones(tmp_path):
         load_config(params)
 
 
-@pytest.mark.parametrize("profile", ["../params", "/etc/x", ""])
+@pytest.mark.parametrize("profile", ["../params", "/etc/x", "a b"])
 def test_a_profile_that_is_no_file_name_of_profiles_is_refused(tmp_path, profile):
     """'../params' read params.yaml itself as the overlay, refused only by accident of its keys."""
     params = write_params(tmp_path)
@@ -132,6 +132,10 @@ def test_claim_must_name_two_arms(tmp_path):
             {"data": {"questions": [{"kind": "synthetic", "limit": 10**20}]}},
             r"data\.questions\.0\.limit: Input should",
         ),
+        (  # each was ignored in silence: SmolLM2 loaded whatever name_or_path said
+            {"models": {"main": {"name_or_path": "x", "revision": "abc"}}},
+            r"models\.main: name_or_path, revision: not read by source tiny_qwen2 \(name_or_path is for source hf;",
+        ),
     ],
 )
 def test_values_a_stage_would_fail_on_late_are_refused_at_load(tmp_path, override, named):
@@ -146,3 +150,82 @@ def test_a_number_yaml_read_as_text_gets_a_hint(tmp_path):
     params.write_text("profile: smoke\ntrain:\n  grpo:\n    learning_rate: 1e-4\n")
     with pytest.raises(ConfigError, match=r"\(got '1e-4'\); YAML reads 1e-4 as text: write 1\.0e-4"):
         load_config(params)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "sqlite:///mlflow.db",
+        "http://127.0.0.1:5000",
+        "https://u:p@mlflow.example",
+        "postgresql://db/mlflow",
+        "postgresql+psycopg2://u:p@db:5432/mlflow",
+        "mysql+pymysql://db/m",
+        "mssql+pyodbc://db/m",
+        "databricks",
+        "databricks://profile",
+    ],
+)
+def test_a_tracking_store_mlflow_accepts_loads(tmp_path, uri):
+    assert load_config(write_params(tmp_path, {"tracking": {"uri": uri}})).tracking.uri == uri
+
+
+@pytest.mark.parametrize("uri", ["ftp://u:secret@x", "s3://bucket/mlruns", "postgres://db/m", "sqlite+://x.db"])
+def test_a_tracking_uri_of_no_tracking_store_is_refused_at_load(tmp_path, uri):
+    """ftp://x was accepted: the stage failed after its work with MLflow's UnsupportedModelRegistryStoreURI."""
+    with pytest.raises(
+        ConfigError,
+        match=r"tracking\.uri: scheme '.*' is not an MLflow tracking store; use one of "
+        r"sqlite, postgresql, mysql, mssql, http, https, databricks",
+    ) as error:
+        load_config(write_params(tmp_path, {"tracking": {"uri": uri}}))
+    assert "secret" not in str(error.value)
+    assert "(got '" + uri.replace(":secret", ":***") + "')" in str(error.value)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_an_empty_params_file_is_refused(tmp_path, text):
+    """It became the whole default experiment without a word."""
+    params = write_params(tmp_path)
+    params.write_text(text)
+    with pytest.raises(ConfigError, match=r"params\.yaml is empty: it holds no params, only blank lines or comments"):
+        load_config(params)
+    params.write_text("profile: smoke\n")  # a partial file still overlays the code defaults
+    assert load_config(params).profile == "smoke"
+    (tmp_path / "profiles" / "smoke.yaml").write_text("# an empty profile overlays nothing\n")
+    assert load_config(params).data.synthetic.n_people == Config().data.synthetic.n_people
+
+
+def test_a_blank_profile_is_named_with_the_known_ones(tmp_path):
+    """`profile:` with no value said: no profile None (profiles/None.yaml not found)."""
+    params = write_params(tmp_path)
+    params.write_text(params.read_text().replace("profile: smoke", "profile:"))
+    says = r"profile: blank in .*params\.yaml; set it to a profile: default, paper-1\.5b, paper-3b, realqa, smoke$"
+    with pytest.raises(ConfigError, match=says):
+        load_config(params)
+    for blank in ("", "  "):
+        with pytest.raises(ConfigError, match=says):
+            load_config(params, {"profile": blank})
+
+
+def test_a_params_file_not_utf8_names_line_column_and_offset(tmp_path):
+    params = write_params(tmp_path)
+    params.write_bytes(b"profile: smoke\n# caf\xe9\n")
+    with pytest.raises(
+        ConfigError, match=r"params\.yaml: not UTF-8 \(byte 0xe9\) on line 2, column 6 \(byte offset 20\)"
+    ):
+        load_config(params)
+    params.write_bytes("profile: smoke\n# ça caf".encode() + b"\xe9\n")  # ç is 2 bytes, 1 character
+    with pytest.raises(ConfigError, match=r"on line 2, column 9 \(byte offset 24\)"):
+        load_config(params)
+
+
+def test_a_params_change_the_profile_would_undo_is_refused(tmp_path):
+    """`dvc exp run -S train.grpo.steps=5` under the smoke profile trained 2 steps: the profile won in silence."""
+    params = write_params(tmp_path)
+    raw = yaml.safe_load(params.read_text())
+    raw["train"]["grpo"]["steps"] = 5  # what `dvc exp run -S` writes into params.yaml
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"train\.grpo\.steps: .* sets 5 but profile smoke sets 2, and the profile"):
+        load_config(params)
+    load_config(write_params(tmp_path / "same", {"train": {"grpo": {"steps": 5}}}))  # set in both: no conflict

@@ -10,6 +10,7 @@ Every section rejects unknown keys and wrong types, and names the offending para
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 from collections.abc import Hashable
@@ -331,6 +332,18 @@ class ModelConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _only_fields_of_its_source(self) -> ModelConfig:
+        """A field another source reads would be ignored in silence (name_or_path beside smollm2_gguf)."""
+        readers = {"name_or_path": "hf", "revision": "hf", "tiny": "tiny_qwen2"}
+        ignored = sorted(name for name in self.model_fields_set if readers.get(name, self.source) != self.source)
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)}: not read by source {self.source} "
+                f"({'; '.join(f'{name} is for source {readers[name]}' for name in ignored)}); remove it"
+            )
+        return self
+
 
 ROLES = ("central", "retrieval", "conclusion")
 
@@ -403,6 +416,11 @@ class HarnessConfig(Section):
     )
 
 
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores
+TRACKING_SCHEMES = (*DATABASE_SCHEMES, "http", "https", "databricks")  # MLflow 3's tracking stores, less file
+TRACKING_SCHEME = rf"(?:{'|'.join(DATABASE_SCHEMES)})(?:\+\w+)?|https?|databricks"  # lower case, as the stages match
+
+
 class TrackingConfig(Section):
     """MLflow: a sqlite store by default (MLflow 3 refuses a file store), or a server URL."""
 
@@ -416,11 +434,18 @@ class TrackingConfig(Section):
 
     @field_validator("uri")
     @classmethod
-    def _not_a_file_store(cls, uri: str) -> str:
+    def _a_tracking_store(cls, uri: str) -> str:
+        """A store MLflow 3 can track to, checked at load: any other URI failed in the stage, after its work."""
         if is_file_store(uri):
             raise ValueError(
                 "a file store (a path or file: URI), which MLflow 3 refuses; use sqlite:///PATH or an MLflow "
                 "server's http(s) URL"
+            )
+        scheme = uri.partition("://")[0]
+        if not re.fullmatch(TRACKING_SCHEME, scheme):
+            raise ValueError(
+                f"scheme {scheme!r} is not an MLflow tracking store; use one of {', '.join(TRACKING_SCHEMES)} "
+                "(a database scheme may name its driver, e.g. postgresql+psycopg2)"
             )
         return uri
 
@@ -912,15 +937,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; otherwise a ConfigError naming the first bad byte's line, column and offset."""
+    raw = path.read_bytes()
     try:
-        with path.open(encoding="utf-8") as stream:  # a stream, so YAML's messages name the file
-            loaded = yaml.load(stream, Loader=_UniqueKeyLoader)
+        return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 (byte {error.object[error.start]:#04x}); save it as UTF-8") from None
+        line_start = raw.rfind(b"\n", 0, error.start) + 1
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = len(raw[line_start : error.start].decode("utf-8")) + 1  # characters: all before are valid
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte {raw[error.start]:#04x}) on line {line}, column {column} "
+            f"(byte offset {error.start}); save it as UTF-8"
+        ) from None
+
+
+def _read_yaml(path: Path, empty_ok: bool = True) -> dict:
+    """The mapping of a YAML file; an empty one (blank lines and comments only) is {} where `empty_ok`."""
+    stream = io.StringIO(_read_text(path))
+    stream.name = str(path)  # so YAML's messages name the file
+    try:
+        loaded = yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if loaded is None:
+    if loaded is None and not empty_ok:  # it would have run the whole default experiment
+        raise ConfigError(
+            f"{path} is empty: it holds no params, only blank lines or comments; restore them (the "
+            "repository's params.yaml sets every one)"
+        )
+    if loaded is None:  # an empty profile overlays nothing
         return {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of params at the top level")
@@ -964,27 +1009,45 @@ def profile_path(params_path: str | Path, profile: str) -> Path:
     return Path(params_path).parent / "profiles" / f"{profile}.yaml"
 
 
+def _known_profiles(folder: Path) -> str:
+    """The profile names of `folder` (its .yaml files), comma-separated, or 'none'."""
+    return ", ".join(sorted(p.stem for p in folder.glob("*.yaml") if p.is_file())) or "none"
+
+
 def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
     """params.yaml, deep-merged with `overrides` (used by tests and `-S`-like CLIs), then with its profile."""
     params_path = Path(params_path)
     if not params_path.is_file():
         kind = "a folder, not a params file" if params_path.is_dir() else "params file not found"
         raise ConfigError(f"{params_path}: {kind}")
-    raw = deep_merge(_read_yaml(params_path), overrides or {})
+    raw = deep_merge(_read_yaml(params_path, empty_ok=False), overrides or {})
     profile = raw.get("profile", DEFAULT_PROFILE)
     overlay_file = profile_path(params_path, str(profile))
+    if profile is None or not str(profile).strip():  # `profile:` with no value is None, not the default
+        raise ConfigError(
+            f"profile: blank in {params_path}; set it to a profile: {_known_profiles(overlay_file.parent)}"
+        )
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(profile)):  # "../params" would read params.yaml
         raise ConfigError(f"profile: {profile!r} is not a profile name (a file name of profiles/ without .yaml)")
     if overlay_file.exists() and not overlay_file.is_file():
         raise ConfigError(f"profile: {overlay_file} is a folder, not a profile file")
     if not overlay_file.is_file():
-        known = sorted(p.stem for p in overlay_file.parent.glob("*.yaml") if p.is_file())
         raise ConfigError(
-            f"profile: no profile {profile!r} ({overlay_file} not found); known: {', '.join(known) or 'none'}"
+            f"profile: no profile {profile!r} ({overlay_file} not found); known: "
+            f"{_known_profiles(overlay_file.parent)}"
         )
     overlay = _read_yaml(overlay_file)
     if "profile" in overlay:
         raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
+    file_params = _read_yaml(params_path, empty_ok=False)
+    conflicts = _overridden_changes(file_params, overlay, Config().model_dump(mode="json"))
+    if conflicts:
+        key, mine, theirs = conflicts[0]
+        raise ConfigError(
+            f"{key}: {params_path} sets {mine!r} but profile {profile} sets {theirs!r}, and the profile wins; "
+            f"change it in the profile (dvc exp run -S '{overlay_file.as_posix()}:{key}=...') or give params.yaml "
+            f"its default back" + (f" ({len(conflicts) - 1} more such keys)" if len(conflicts) > 1 else "")
+        )
     axes = sorted(set(overlay) & set(MATRIX_AXES))
     if axes:
         raise ConfigError(
@@ -994,10 +1057,36 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     return deep_merge(deep_merge(raw, overlay), overrides or {})
 
 
+def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str = "") -> list[tuple]:
+    """(dotted key, params value, profile value) for each value params.yaml changed from its default that the
+    profile replaces with another: an edit (or `dvc exp run -S key=...`) the profile would undo in silence.
+    Lists of mappings (data sources) are left out: their short YAML form is not comparable with the default's.
+
+    >>> _overridden_changes({"a": {"b": 5, "c": 1}}, {"a": {"b": 2, "c": 3}}, {"a": {"b": 8, "c": 1}})
+    [('a.b', 5, 2)]
+    """
+    found = []
+    for key, theirs in overlay.items():
+        if key not in params:
+            continue
+        mine, default, dotted = params[key], (defaults or {}).get(key), f"{prefix}{key}"
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            found += _overridden_changes(mine, theirs, default if isinstance(default, dict) else {}, f"{dotted}.")
+        elif mine != theirs and mine != default and not _holds_mappings(mine):
+            found.append((dotted, mine, theirs))
+    return found
+
+
+def _holds_mappings(value: object) -> bool:
+    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+
+
 def load_config(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> Config:
     """Load, overlay and validate; raise ConfigError listing every bad param by dotted path. A value of
     params.yaml that the profile overrides is not validated: params.yaml alone need not satisfy the rules across
-    params (budgets within train.grpo.steps, ...) when the profile supplies the other half."""
+    params (budgets within train.grpo.steps, ...) when the profile supplies the other half. But one changed from
+    its default there, which the profile replaces, is refused (`_overridden_changes`): it would be undone in
+    silence."""
     resolved = resolve_params(params_path, overrides)
     try:
         return Config.model_validate(resolved)
