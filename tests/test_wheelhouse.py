@@ -3,10 +3,14 @@ package metadata. Downloading needs PyPI, so it is not run here; the rest is."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 from conftest import REPO
+from packaging.utils import canonicalize_name
 from infra import wheelhouse
 
 TARGET = wheelhouse.target_environment("3.12", "x86_64")
@@ -61,3 +65,70 @@ def test_a_missing_have_file_is_named(tmp_path):
         cwd=REPO,
     )
     assert run.returncode == 2 and "absent.txt: no such file" in run.stderr
+
+
+def wheelhouse_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The tool run as a user runs it, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "infra/wheelhouse.py", *args], capture_output=True, text=True, cwd=REPO, env=env
+    )
+
+
+def test_a_have_file_not_in_utf8_is_refused_naming_the_line(tmp_path):
+    have = tmp_path / "have.txt"
+    have.write_bytes(b"numpy==2.0\n\xff\xfe\n")
+    run = wheelhouse_run("--have", str(have), "--out", str(tmp_path / "wheels"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert f"{have}:2: not UTF-8 (byte 0xff at offset 11)" in run.stderr
+    assert not (tmp_path / "wheels").exists()
+
+
+def test_unreadable_have_lines_are_refused_before_anything_is_fetched(tmp_path):
+    have = tmp_path / "have.txt"
+    pip_list = "Package Version\n------- -------\nnumpy   2.0.0\n\n# the GPU node\n"
+    have.write_text(f"{pip_list}<html>\nnumpy is there\ntorch==2.11.0\n")
+    run = wheelhouse_run("--have", str(have), "--out", str(tmp_path / "wheels"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines() == [
+        f"wheelhouse: {have}:6: not a `pip freeze`, `pip list` or names line: '<html>'",
+        f"wheelhouse: {have}:7: not a `pip freeze`, `pip list` or names line: 'numpy is there'",
+    ]
+    assert not (tmp_path / "wheels").exists()
+
+
+def test_an_unknown_target_is_refused_before_any_work(tmp_path):
+    for flag, value in (("--python-version", "banana"), ("--python-version", "3"), ("--machine", "sparc")):
+        run = wheelhouse_run(flag, value, "--out", str(tmp_path / "wheels"))
+        assert run.returncode == 2 and f"argument {flag}: " in run.stderr and repr(value) in run.stderr, run.stderr
+    assert not (tmp_path / "wheels").exists()
+
+
+def test_a_failure_partway_adds_nothing_to_the_wheelhouse(tmp_path):
+    """Of the two distributions the target lacks, the first is in a local index and the second nowhere: its
+    failure leaves `--out` as it was, not short of a wheel. No network: pip sees only the local folder."""
+    needed = wheelhouse.closure(["centralrl"], wheelhouse.installed_requires, TARGET)
+    first, second = sorted(set(needed) - {"centralrl", "torch"})[:2]
+    freeze = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
+    have = tmp_path / "have.txt"
+    lines = freeze.stdout.splitlines()
+    have.write_text("\n".join(line for line in lines if canonicalize_name(line.split("==")[0]) not in (first, second)))
+    index = tmp_path / "index"
+    index.mkdir()
+    tiny_wheel(index, first, wheelhouse.installed_version(first))
+    out = tmp_path / "wheels"
+    out.mkdir()
+    (out / "earlier-1.0-py3-none-any.whl").write_bytes(b"kept")
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_CONFIG_FILE": os.devnull}
+    run = wheelhouse_run("--have", str(have), "--python-version", "3.12", "--out", str(out), env=env)
+    assert run.returncode == 1 and f"[1/2] {first} " in run.stdout, run.stdout + run.stderr
+    assert f"wheelhouse: {second}==" in run.stderr and f"nothing was added to {out} (1 fetched, dropped)" in run.stderr
+    assert [path.name for path in out.iterdir()] == ["earlier-1.0-py3-none-any.whl"]
+
+
+def tiny_wheel(folder: Path, name: str, version: str) -> None:
+    """An empty but valid pure-Python wheel of `name` `version`, for a local index."""
+    stem = f"{name.replace('-', '_')}-{version}"
+    with zipfile.ZipFile(folder / f"{stem}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{stem}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        wheel.writestr(f"{stem}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{stem}.dist-info/RECORD", "")
