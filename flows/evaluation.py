@@ -34,6 +34,7 @@ from centralrl.evaluation import (
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import read_json, write_json
+from centralrl.metrics import refuse_empty_answers
 from centralrl.movement import movement_metrics, role_movement
 from centralrl.retrieval import Retriever, open_retriever
 from centralrl.schema import Question, read_questions
@@ -125,9 +126,10 @@ def evaluation_flow(
     cfg = load_config(params_path)
     topology = cfg.reference(reference).topology if reference is not None else cfg.arm(arm).topology
     cuts = None if reference is not None else budget_cuts(read_json(budgets_path), cfg, budgets_path)
-    questions = load_questions(questions_path)
+    questions = load_questions(questions_path, split="test")
     if not questions:
         raise DataError(f"{questions_path}: no questions to evaluate")
+    refuse_empty_answers(questions, questions_path)  # EM and F1 would be 1 for every prediction
     retriever = open_retriever(cfg.retrieval, index_dir)
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)

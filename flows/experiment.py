@@ -100,13 +100,20 @@ def evaluation(
     return run_dvc(root, plan(root, profile, arms, seeds, targets, dry_run, single_item=True))
 
 
+def seed(text: str) -> int:
+    """A seed from the command line: a whole number >= 0 (params' `seeds`), refused by argparse otherwise."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is a whole number >= 0")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python flows/experiment.py [--dry] ...`: the experiment flow as the deployment runs it, from a shell."""
     parser = argparse.ArgumentParser(prog="python flows/experiment.py", description=experiment.description)
     parser.add_argument("--dry", action="store_true", help="print what would run (dvc --dry)")
     parser.add_argument("--profile", default="default", help="a profile of profiles/ (default: %(default)s)")
     parser.add_argument("--arms", nargs="+", help="only these arms' train and evaluate stages")
-    parser.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of params.yaml's")
+    parser.add_argument("--seeds", nargs="+", type=seed, help="these seeds instead of params.yaml's")
     parser.add_argument("--targets", nargs="+", help="DVC stage or group names (default: the whole pipeline)")
     args = parser.parse_args(argv)
     try:

@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -37,16 +38,65 @@ from pathlib import Path
 from typing import NoReturn
 
 from centralrl.errors import USER_OS_ERRORS, CentralRLError
-from centralrl.io import clean_stale_temporaries
+from centralrl.io import clean_stale_temporaries, output_in_the_way
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
-def stage_parser(doc: str) -> argparse.ArgumentParser:
+class OutputFile(str):
+    """An argparse `type` for a stage's output file; the parser checks these before the stage starts."""
+
+    folder = False
+
+
+class OutputFolder(OutputFile):
+    """An argparse `type` for a stage's output folder (written whole, `io.atomic_directory`)."""
+
+    folder = True
+
+
+def outputs_problem(outputs: dict[str, OutputFile]) -> str | None:
+    """Why these outputs (flag -> path) could not all be written, or None: two flags naming one path, one inside
+    another's folder (which is replaced whole), or something in the way (`io.output_in_the_way`). Checked before
+    the stage's work, so it never fails at its last write with the others already written.
+
+    >>> outputs_problem({"--train": OutputFile("d/q.jsonl"), "--test": OutputFile("d/./q.jsonl")})
+    '--train and --test both name d/q.jsonl: each output needs its own path'
+    >>> outputs_problem({"--out": OutputFolder("eval/base"), "--metrics": OutputFile("eval/base/m.json")})
+    "--metrics eval/base/m.json is inside --out's folder eval/base, which the stage replaces whole"
+    """
+    where = {flag: Path(path).resolve() for flag, path in outputs.items()}
+    for (flag, path), (other, other_path) in itertools.combinations(where.items(), 2):
+        if path == other_path:
+            return f"{flag} and {other} both name {outputs[flag]}: each output needs its own path"
+        for inner, outer in ((flag, other), (other, flag)):
+            if outputs[outer].folder and where[outer] in where[inner].parents:
+                inside = f"{inner} {outputs[inner]} is inside {outer}'s folder {outputs[outer]}"
+                return f"{inside}, which the stage replaces whole"
+    for flag, path in outputs.items():
+        problem = output_in_the_way(Path(path), path.folder)
+        if problem is not None:
+            return f"{flag}: {problem}"
+    return None
+
+
+class StageParser(argparse.ArgumentParser):
+    """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`)."""
+
+    def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 (argparse's signature)
+        parsed = super().parse_args(args, namespace)
+        outputs = {"--" + key.replace("_", "-"): value for key, value in vars(parsed).items()}
+        problem = outputs_problem({flag: path for flag, path in outputs.items() if isinstance(path, OutputFile)})
+        if problem is not None:
+            self.error(problem)
+        return parsed
+
+
+def stage_parser(doc: str) -> StageParser:
     """A parser whose help is the stage module's docstring (first line, then the rest) with `--params` added."""
     first, _, rest = doc.partition("\n")
-    parser = argparse.ArgumentParser(
+    parser = StageParser(
         description=first, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import run_stage, stage_parser
+from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,19 +22,35 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--adapters", help="with --arm: input, the cell's adapters, one folder per budget (train)")
     parser.add_argument("--budgets", help="with --arm: input, where each budget cut the run (train)")
     parser.add_argument(
-        "--out", required=True, help="output: records.jsonl and transcripts.md (per budget for an arm)"
+        "--out",
+        type=OutputFolder,
+        required=True,
+        help="output: records.jsonl and transcripts.md (per budget for an arm)",
     )
     parser.add_argument(
-        "--metrics", required=True, help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)"
+        "--metrics",
+        type=OutputFile,
+        required=True,
+        help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)",
     )
     parser.add_argument(
         "--movement",
+        type=OutputFile,
         help="with --arm: output, per budget and role the share of greedy calls changed from the "
         "start and the mean per-token KL to it (JSON)",
     )
     args = parser.parse_args(argv)
-    if args.arm and None in (args.seed, args.adapters, args.budgets, args.movement):
+    arm_only = {
+        "--seed": args.seed,
+        "--adapters": args.adapters,
+        "--budgets": args.budgets,
+        "--movement": args.movement,
+    }
+    if args.arm and None in arm_only.values():
         parser.error("--arm needs --seed, --adapters, --budgets and --movement")
+    given = [flag for flag, value in arm_only.items() if value is not None]
+    if args.reference and given:
+        parser.error(f"{', '.join(given)}: only with --arm; a --reference evaluation reads no training")
     return args
 
 

@@ -17,15 +17,17 @@ from centralrl.config import load_config
 from centralrl.data.prepare import collect, counts
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
-from stages.cli import run_stage, stage_parser
+from stages.cli import OutputFile, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
-    parser.add_argument("--train", required=True, help="output: training questions (JSONL)")
-    parser.add_argument("--test", required=True, help="output: evaluation questions (JSONL)")
-    parser.add_argument("--corpus", required=True, help="output: passages (JSONL: id, title, text)")
-    parser.add_argument("--metrics", required=True, help="output: counts per split and benchmark (JSON)")
+    parser.add_argument("--train", type=OutputFile, required=True, help="output: training questions (JSONL)")
+    parser.add_argument("--test", type=OutputFile, required=True, help="output: evaluation questions (JSONL)")
+    parser.add_argument("--corpus", type=OutputFile, required=True, help="output: passages (JSONL: id, title, text)")
+    parser.add_argument(
+        "--metrics", type=OutputFile, required=True, help="output: counts per split and benchmark (JSON)"
+    )
     return parser.parse_args(argv)
 
 

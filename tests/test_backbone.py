@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from centralrl.config import ModelConfig, TinyQwen2Config
 from centralrl.models import backbone
@@ -144,6 +145,22 @@ def test_a_backbone_with_corrupt_weights_or_config_is_named(tiny_backbone, tmp_p
     (tokenizer / "tokenizer.json").write_bytes((tokenizer / "tokenizer.json").read_bytes()[:5000])
     with pytest.raises(BackboneError, match=r"tok: not a loadable backbone \(tokenizer\.json is not valid JSON: "):
         load_backbone(tokenizer)
+
+
+def test_a_backbone_whose_weights_are_not_finite_is_named(tiny_backbone, tmp_path):
+    """NaN weights generate garbage that scores 0 with no error (seen: a warm start at loss NaN, exit 0)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = shutil.copytree(tiny_backbone, tmp_path / "nan")
+    weights = load_file(folder / "model.safetensors")
+    name = sorted(weights)[-1]
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(BackboneError, match=rf"nan: weight {name} holds NaN or infinite values"):
+        load_backbone(folder)
+    with pytest.raises(BackboneError, match="holds NaN"):
+        prepare_backbone(ModelConfig(source="hf", name_or_path=str(folder)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_load_backbone_refuses_a_folder_that_is_not_a_backbone(tmp_path):

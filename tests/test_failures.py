@@ -125,7 +125,9 @@ def test_a_tracking_server_that_is_down_stops_a_tracked_stage_in_seconds_naming_
     uri = f"http://user:secret@127.0.0.1:{free_port()}"  # nothing listens there
     params = write_params(tmp_path, {"tracking": {"uri": uri}})
     started = time.perf_counter()
-    inputs = [f"--{name}=x" for name in ("records", "reference-records", "budgets", "history", "movement", "corpus")]
+    cell = "{backbone}{arm}{seed}"  # each pattern names every cell it is filled for
+    inputs = [f"--records={cell}{{budget}}", "--reference-records={backbone}{reference}", "--corpus=x"]
+    inputs += [f"--{name}={cell}" for name in ("budgets", "history", "movement")]
     outputs = [f"--report={tmp_path / 'report'}", f"--metrics={tmp_path / 'm.json'}"]
     done = run(["-m", "stages.compare", "--params", str(params), *inputs, *outputs], REPO)  # before any input is read
     assert time.perf_counter() - started < 60  # MLflow alone retried for 4.5 minutes, then gave a traceback
@@ -146,6 +148,63 @@ def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
         check_reachable(f"http://127.0.0.1:{server.server_port}", timeout=2)
     with pytest.raises(TrackingError, match="http://127.0.0.1:99999: no MLflow server answers"):
         check_reachable("http://127.0.0.1:99999")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:{port}/api", "notaurl"])
+def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url):
+    """PREFECT_API_URL naming a server that is down (or no URL at all) was a 109-line traceback from Prefect's
+    HTTP client; now the stage says so before its work."""
+    from centralrl.services import free_port
+
+    url = url.format(port=free_port())
+    params = write_params(tmp_path)
+    index = ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"]
+    env = os.environ | {"PYTHONPATH": str(REPO), "PREFECT_API_URL": url, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "stages.build_index", "--params", str(params), *index]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"build_index: error: PREFECT_API_URL={url}"), done.stderr
+    assert ("no Prefect server answers" if url.startswith("http") else "is not an http(s) URL") in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("stage", "arguments", "named"),
+    [
+        (
+            "prepare_data",
+            ["--train", "d/q.jsonl", "--test", "d/q.jsonl", "--corpus", "d/c.jsonl", "--metrics", "d.json"],
+            "--train and --test both name d/q.jsonl",
+        ),
+        (
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "model/m.json"],
+            "--metrics model/m.json is inside --out's folder model",
+        ),
+        (
+            "evaluate",
+            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--arm", "joint"]
+            + ["--seed", "0", "--adapters", "a", "--budgets", "b.json", "--out", "ev", "--metrics", "m.json"]
+            + ["--movement", "taken"],
+            "--movement: taken: this output is a file, but a folder of that name is in the way",
+        ),
+        (
+            "evaluate",
+            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
+            + ["--out", "ev", "--metrics", "m.json", "--seed", "5", "--budgets", "b.json"],
+            "--seed, --budgets: only with --arm",
+        ),
+    ],
+)
+def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_starts(tmp_path, stage, arguments, named):
+    """A folder in an output file's place, two outputs on one path, an output inside another's folder, or flags
+    that only an arm reads: a usage error naming them, before anything is read or written (a folder in the way
+    was found at the last write, with the other outputs already written)."""
+    write_params(tmp_path)
+    (tmp_path / "taken").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    done = run(["-m", f"stages.{stage}", "--params", "params.yaml", *arguments], tmp_path)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_a_training_file_too_small_for_the_dev_split_is_named():
@@ -170,6 +229,38 @@ def test_a_budgets_file_must_cut_every_budget_of_the_params_at_a_step(tmp_path):
         budget_cuts({}, cfg, "b.json")  # was: evaluated nothing and exited 0
     with pytest.raises(DataError, match=r"b\.json: budget 'equal_tokens' has no cut step .*'two'"):
         budget_cuts(good | {"equal_tokens": {"step": "two"}}, cfg, "b.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "split", "named"),
+    [
+        ({"split": "test"}, "train", r"q\.jsonl:2 \(question b\): a test question where train questions are"),
+        ({"golden_answers": [" "]}, None, r"q\.jsonl:2 \(question b\): golden_answers must be a non-empty list"),
+        ({"question": " "}, None, r"q\.jsonl:2 \(question b\): empty question text"),
+    ],
+)
+def test_a_question_row_a_stage_cannot_use_is_named_by_file_and_line(tmp_path, change, split, named):
+    """A test file given to a training stage trained on the test questions, and an answer that normalizes to
+    "" scored every prediction right (prepare_data refuses both kinds; a file made by hand reached the stages)."""
+    from centralrl.schema import read_questions
+
+    row = {"question": "Who?", "golden_answers": ["x"], "benchmark": "toy", "split": "train"}
+    rows = [row | {"id": "a"}, row | {"id": "b"} | change]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=named):
+        read_questions(tmp_path / "q.jsonl", split=split)
+
+
+def test_a_golden_answer_that_normalizes_to_nothing_is_refused_by_training_and_evaluation():
+    """evaluate scored `---` EM 1 against the prediction `>>>>>>>>` (prepare_data refuses such answers; a file
+    made by hand reached the stage)."""
+    from centralrl.metrics import refuse_empty_answers
+    from centralrl.schema import Question
+
+    fine = Question("a", "Who?", ("Ada",), "toy", "test")
+    refuse_empty_answers([fine], "q.jsonl")
+    with pytest.raises(DataError, match=r"q\.jsonl: question b \(toy\): golden answer '---' normalizes to the emp"):
+        refuse_empty_answers([fine, Question("b", "Who?", ("Ada", "---"), "toy", "test")], "q.jsonl")
 
 
 def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_path):
@@ -296,12 +387,13 @@ def test_a_movement_file_the_report_cannot_read_is_named(movement, named):
 def test_a_pattern_with_an_unknown_placeholder_is_a_usage_error(capsys):
     from stages import compare
 
-    args = {name: "x/{arm}/{seed}" for name in ("records", "budgets", "history", "movement")}
-    args |= {"reference-records": "x/{reference}", "history": "train/{arm}/{sede}/history.jsonl"}
+    cell = "x/{backbone}/{arm}/{seed}"
+    args = {name: cell for name in ("budgets", "history", "movement")} | {"records": cell + "/{budget}"}
+    args |= {"reference-records": "x/{backbone}/{reference}", "history": "train/{backbone}/{arm}/{sede}/h.jsonl"}
     with pytest.raises(SystemExit) as stop:
         compare.main([*(f"--{k}={v}" for k, v in args.items()), "--report=r", "--metrics=m.json"])
     assert stop.value.code == 2
-    assert "--history: 'train/{arm}/{sede}/history.jsonl': unknown placeholder {sede}" in capsys.readouterr().err
+    assert "--history: 'train/{backbone}/{arm}/{sede}/h.jsonl': unknown placeholder {sede}" in capsys.readouterr().err
 
 
 def test_a_training_seed_outside_the_matrix_is_refused(tmp_path):
@@ -436,3 +528,19 @@ def test_the_training_launch_binds_its_rendezvous_to_loopback_on_a_free_port():
     command = launch_command(2, "stages.train", [])
     ip, port = (command[command.index(flag) + 1] for flag in ("--main_process_ip", "--main_process_port"))
     assert ip == "127.0.0.1" and port != "29500" and int(port) > 0
+
+
+def test_an_empty_corpus_a_missing_adapter_folder_and_a_negative_seed_are_named(tmp_path, capsys):
+    """Each was said in other words: the recall_ks bound of a corpus of 0 passages, "holds adapters []" for a
+    folder that does not exist, and a DVC error about `dvc exp run` for seed -1."""
+    from centralrl.models.adapters import load_adapters
+    from centralrl.retrieval.recall import check_ks
+    from flows.experiment import main as experiment
+
+    with pytest.raises(DataError, match=r"c\.jsonl: the corpus holds no passages"):
+        check_ks([1, 3], 0, "c.jsonl")
+    with pytest.raises(DataError, match=r"nope: no such folder of adapters"):
+        load_adapters(None, tmp_path / "nope", ["central"])  # refused before the model is touched
+    with pytest.raises(SystemExit) as stop:
+        experiment(["--profile", "smoke", "--seeds", "-1", "--dry"])
+    assert stop.value.code == 2 and "'-1': a seed is a whole number >= 0" in capsys.readouterr().err

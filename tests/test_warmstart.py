@@ -17,6 +17,7 @@ from centralrl.io import write_jsonl
 from centralrl.models.backbone import content_sha256, load_backbone
 from centralrl.retrieval import build_index, save_index
 from centralrl.retrieval.bm25 import Bm25sIndex
+from centralrl.rl.health import TrainingDiverged
 from centralrl.rl.warmstart import (
     IGNORE,
     build_traces,
@@ -196,6 +197,18 @@ def test_a_few_steps_lower_the_training_loss(tiny_backbone, policy, smoke_world,
     assert stats["trained_tokens"] == 6 * sum(len(t.target_ids) for t in traces)
     assert type(merged).__name__ == "Qwen2ForCausalLM" and not any("lora" in k for k in merged.state_dict())
     assert any(not torch.equal(before[k], v) for k, v in merged.state_dict().items())
+
+
+def test_a_warm_start_whose_loss_is_not_finite_stops_naming_the_step(
+    tiny_backbone, policy, smoke_world, train_questions
+):
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
+    model, tokenizer = load_backbone(tiny_backbone)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.fill_(float("inf"))  # diverged weights: every loss is NaN
+    cfg = WarmstartConfig(epochs=1, micro_batch_size=len(traces))
+    with pytest.raises(TrainingDiverged, match="warm start step 1/1: loss is nan; the start is not written"):
+        supervised_finetune(model, tokenizer, traces, cfg, LoraConfig())
 
 
 def test_activation_checkpointing_trains_the_same_warm_start(tiny_backbone, policy, smoke_world, train_questions):

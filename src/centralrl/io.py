@@ -78,15 +78,24 @@ def file_in_the_way(folders: Iterable[Path]) -> Path | None:
     return next((path for path in folders if path.exists() and not path.is_dir()), None)
 
 
-def _prepare(target: Path, folder: bool) -> None:
-    """Make `target`'s folder; refuse what stands in the way: a file where a folder above it should be, or a
-    folder where the output is a file (and the reverse), before any temporary is made."""
+def output_in_the_way(target: Path, folder: bool) -> str | None:
+    """What stands in the way of writing `target` (a folder when `folder`), said as an error message: a file
+    where a folder above it should be, or a folder where the output is a file (and the reverse); else None."""
     blocked = file_in_the_way(target.parents)
     if blocked is not None:
-        raise OutputError(f"{target}: cannot be written: {blocked} is a file, not a folder")
+        return f"{target}: cannot be written: {blocked} is a file, not a folder"
     if target.exists() and target.is_dir() != folder:
         kinds = ("a file", "a folder") if target.is_dir() else ("a folder", "a file")
-        raise OutputError(f"{target}: this output is {kinds[0]}, but {kinds[1]} of that name is in the way")
+        return f"{target}: this output is {kinds[0]}, but {kinds[1]} of that name is in the way"
+    return None
+
+
+def _prepare(target: Path, folder: bool) -> None:
+    """Make `target`'s folder, after refusing what stands in the way (`output_in_the_way`), before any temporary
+    is made."""
+    problem = output_in_the_way(target, folder)
+    if problem is not None:
+        raise OutputError(problem)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:

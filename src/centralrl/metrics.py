@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from centralrl.errors import DataError
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)
@@ -91,3 +93,15 @@ def f1(prediction: str, golden_answers: str | Sequence[str]) -> float:
 
 
 METRICS = {"em": em, "f1": f1, "acc": acc}
+
+
+def refuse_empty_answers(questions: Iterable, origin: str) -> None:
+    """Refuse a question (`id`, `benchmark`, `golden_answers`) with a golden answer that normalizes to "": every
+    prediction would match it. prepare_data drops or refuses those, so only a file made by hand holds one."""
+    for q in questions:
+        empty = next((answer for answer in q.golden_answers if not normalize_answer(answer)), None)
+        if empty is not None:
+            raise DataError(
+                f"{origin}: question {q.id} ({q.benchmark}): golden answer {empty!r} normalizes to the empty "
+                "string, so every prediction would match it"
+            )

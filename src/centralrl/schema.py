@@ -13,7 +13,7 @@ Passage ids of real data are content hashes (`passage_id`), so the same paragrap
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,13 +115,9 @@ class Question:
     decomposition: tuple[SubQuestion, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        where = f"question {self.id!r} ({self.benchmark})"
-        if not self.question.strip():
-            raise DataError(f"{where}: empty question text")
-        if not self.golden_answers or not all(answer.strip() for answer in self.golden_answers):
-            raise DataError(f"{where}: golden_answers must be a non-empty list of non-empty strings")
-        if self.split not in SPLITS:
-            raise DataError(f"{where}: split {self.split!r} is not one of {', '.join(SPLITS)}")
+        problem = _question_problem(self.question, self.golden_answers, self.split)
+        if problem is not None:
+            raise DataError(f"question {self.id!r} ({self.benchmark}): {problem}")
 
     def to_json(self) -> dict:
         return {
@@ -141,12 +137,18 @@ class Question:
         steps = row.get("decomposition", [])
         if not isinstance(steps, list):
             raise DataError(f"{where}: field 'decomposition' should be a list")
+        question = _require(row, "question", str, where)
+        answers = _strings(_require(row, "golden_answers", list, where), "golden_answers", where)
+        split = _require(row, "split", str, where)
+        problem = _question_problem(question, answers, split)
+        if problem is not None:  # said of the file and line, before the row becomes a Question
+            raise DataError(f"{where}: {problem}")
         return cls(
             id=qid,
-            question=_require(row, "question", str, where),
-            golden_answers=_strings(_require(row, "golden_answers", list, where), "golden_answers", where),
+            question=question,
+            golden_answers=answers,
             benchmark=_require(row, "benchmark", str, where),
-            split=_require(row, "split", str, where),
+            split=split,
             supporting_passage_ids=_strings(row.get("supporting_passage_ids", []), "supporting_passage_ids", where),
             decomposition=tuple(
                 SubQuestion.from_json(step, f"{where} decomposition[{i}]") for i, step in enumerate(steps)
@@ -154,10 +156,32 @@ class Question:
         )
 
 
-def read_questions(path: str | Path) -> list[Question]:
+def _question_problem(question: str, golden_answers: Sequence[str], split: str) -> str | None:
+    """What makes these fields no question, or None."""
+    if not question.strip():
+        return "empty question text"
+    if not golden_answers or not all(answer.strip() for answer in golden_answers):
+        return "golden_answers must be a non-empty list of non-empty strings"
+    if split not in SPLITS:
+        return f"split {split!r} is not one of {', '.join(SPLITS)}"
+    return None
+
+
+def read_questions(path: str | Path, split: str | None = None) -> list[Question]:
     """The question rows of a JSONL file (prepare_data's train.jsonl or test.jsonl), in file order; an id seen
-    before is refused with both lines (records, pairs and dev splits are keyed by id)."""
-    return _once_each(path, Question.from_json)
+    before is refused with both lines (records, pairs and dev splits are keyed by id). With `split`, a row of
+    another split is refused (a stage given the test file to train on, or the reverse)."""
+
+    def parse(row: dict, where: str) -> Question:
+        question = Question.from_json(row, where)
+        if split is not None and question.split != split:
+            raise DataError(
+                f"{where} (question {question.id}): a {question.split} question where {split} questions are read; "
+                f"give prepare_data's --{split} file"
+            )
+        return question
+
+    return _once_each(path, parse)
 
 
 def read_passages(path: str | Path) -> list[Passage]:

@@ -152,6 +152,7 @@ def stage_prefect_server(timeout: float = 120.0, meanwhile: Callable[[], None] |
     in it stops the server.
     """
     if os.environ.get("PREFECT_API_URL"):
+        check_prefect_api(os.environ["PREFECT_API_URL"])
         if meanwhile:
             meanwhile()
         yield os.environ["PREFECT_API_URL"]
@@ -350,26 +351,47 @@ def ui(
             signal.signal(sig, handler)
 
 
-def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
-    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes).
-    Any HTTP answer, even 401 or 404, means a server is there; a sqlite or file store is not checked."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme not in ("http", "https"):
-        return
+def unanswered(url: str, timeout: float = 5.0) -> str | None:
+    """Why nothing answers GET `<url>/health` within `timeout` seconds, or None when something does (any HTTP
+    answer, even 401 or 404, means a server is there). For http(s) URLs: MLflow's and Prefect's APIs."""
+    parts = urllib.parse.urlsplit(url)
     try:
         host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
         netloc = f"{host}:{parts.port}" if parts.port else str(host)  # no user:password: urllib reads it as a port
         health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
         urllib.request.urlopen(health, timeout=timeout).close()
     except urllib.error.HTTPError:
-        return
+        return None
     except (urllib.error.URLError, OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
+        return str(getattr(error, "reason", error))
+    return None
+
+
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
+    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes).
+    A sqlite or file store is not checked."""
+    if urllib.parse.urlsplit(uri).scheme not in ("http", "https"):
+        return
+    reason = unanswered(uri, timeout)
+    if reason is not None:
         raise TrackingError(
             f"tracking.uri {redact(uri)}: no MLflow server answers ({reason}); start one (make ui) or set "
             "tracking.uri to sqlite:///mlflow.db"
-        ) from None
+        )
+
+
+def check_prefect_api(url: str, timeout: float = 5.0) -> None:
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL or no Prefect server answers
+    there, instead of Prefect's traceback after its retries."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
+    reason = unanswered(url, timeout)
+    if reason is not None:
+        raise ServiceError(
+            f"PREFECT_API_URL={redact(url)}: no Prefect server answers ({reason}); start it (make ui), or unset "
+            "PREFECT_API_URL and the stage starts a server of its own"
+        )
 
 
 def folder_path(text: str) -> str:

@@ -142,9 +142,9 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Itera
     exactly `expected` (the adapters the arm trains): a folder that lost one, or holds another arm's, would
     otherwise be evaluated as something it is not. An adapter that cannot be read is a BackboneError naming it."""
     directory = Path(directory)
-    folders = (
-        sorted(p for p in directory.iterdir() if (p / "adapter_config.json").is_file()) if directory.is_dir() else []
-    )
+    if not directory.is_dir():
+        raise DataError(f"{directory}: no such folder of adapters (the train stage writes one per budget)")
+    folders = sorted(p for p in directory.iterdir() if (p / "adapter_config.json").is_file())
     found, wanted = [f.name for f in folders], sorted(set(expected))
     if found != wanted:
         raise DataError(f"{directory}: holds adapters {found}, but the arm trains {wanted}")

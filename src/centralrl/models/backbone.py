@@ -73,6 +73,7 @@ def prepare_backbone(cfg: ModelConfig, out_dir: Path) -> dict:
     model, tokenizer = SOURCES[cfg.source](cfg)
     _require_chat_template(tokenizer, cfg.name_or_path or cfg.source)
     model = model.to(torch_dtype(cfg.dtype))
+    _require_finite(model, cfg.name_or_path or cfg.source)
     _ensure_pad(model, tokenizer)
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -108,6 +109,7 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
     except (OSError, ValueError, KeyError, SafetensorError, StrictDataclassError) as error:
         raise BackboneError(f"{model_dir}: not a loadable backbone ({_damaged_json(model_dir) or error})") from error
     _require_chat_template(tokenizer, str(model_dir))
+    _require_finite(model, str(model_dir))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -132,6 +134,16 @@ def _require_chat_template(tokenizer: PreTrainedTokenizerBase, where: str) -> No
             f"{where}: its tokenizer has no chat template (the harness prompts every role as a chat); use an "
             "instruct model, or add one (chat_template.jinja beside the tokenizer)"
         )
+
+
+def _require_finite(model: PreTrainedModel, where: str) -> None:
+    """Refuse weights holding NaN or infinity (a damaged or diverged checkpoint): such a model generates
+    garbage that scores 0 without any error, and its warm start trains at loss NaN."""
+    import torch
+
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise BackboneError(f"{where}: weight {name} holds NaN or infinite values; rebuild the checkpoint")
 
 
 def torch_dtype(name: str):

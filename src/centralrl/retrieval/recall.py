@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from centralrl.errors import ConfigError
+from centralrl.errors import ConfigError, DataError
 from centralrl.retrieval.base import Retriever
 from centralrl.schema import Question
 
@@ -22,6 +22,8 @@ from centralrl.schema import Question
 def check_ks(ks: Sequence[int], passages: int, corpus: str) -> None:
     """Refuse a k that is not below the corpus size: its top k holds every passage, so its recall is 1 by
     construction and says nothing about the retriever."""
+    if passages == 0:
+        raise DataError(f"{corpus}: the corpus holds no passages; nothing to index or retrieve")
     trivial = [k for k in ks if k >= passages]
     if trivial:
         raise ConfigError(

@@ -44,6 +44,7 @@ from centralrl.distributed import World
 from centralrl.errors import DataError, OutputError
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
+from centralrl.metrics import refuse_empty_answers
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
@@ -125,7 +126,9 @@ def build_trainer(
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
     sifting = cfg.train.grpo.pool_filter == "informative"  # from the start's rollouts, also when resuming
     policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
-    training, dev = split_dev(read_questions(train_path), cfg.train.dev, str(train_path))
+    questions = read_questions(train_path, split="train")
+    refuse_empty_answers(questions, str(train_path))  # the reward would be 1 for every answer
+    training, dev = split_dev(questions, cfg.train.dev, str(train_path))
     trainer = Trainer(
         cfg,
         policy,

@@ -41,6 +41,7 @@ SFT on sampled and filtered trajectories):
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import shutil
@@ -67,6 +68,7 @@ from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
 from centralrl.rl.dev import split_dev
 from centralrl.rl.grpo import head_logprobs, micro_batches
+from centralrl.rl.health import TrainingDiverged
 from centralrl.schema import Question, SubQuestion, interleave, read_questions
 
 IGNORE = -100  # label of a position that is not trained (prompt tokens, padding)
@@ -340,6 +342,11 @@ def supervised_finetune(
                     part.backward()
                     return_free_memory()  # as the GRPO update: the freed activations
                     loss += part.item()
+                if not math.isfinite(loss):
+                    raise TrainingDiverged(
+                        f"warm start step {len(losses) + 1}/{steps}: loss is {loss}; the start is not written "
+                        f"(lower warmstart.learning_rate, now {cfg.learning_rate})"
+                    )
                 torch.nn.utils.clip_grad_norm_(trainable, 1.0)
                 optimizer.step()
                 losses.append(loss)
@@ -421,7 +428,7 @@ def warmstart(
             content = content_sha256(tmp)
         return {"enabled": False, "content_sha256": content}
     # never warm-start on the dev split
-    questions, _ = split_dev(read_questions(train_path), cfg.train.dev, str(train_path))
+    questions, _ = split_dev(read_questions(train_path, split="train"), cfg.train.dev, str(train_path))
     retriever = open_retriever(cfg.retrieval, index_dir)
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
