@@ -10,26 +10,32 @@ from __future__ import annotations
 import argparse
 import math
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
-from centralrl.compare import checked_record, comparison, lost_answers
+from centralrl.compare import comparison, lost_answers, record_checker
 from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
-from stages.cli import run_stage, stage_parser
+from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+
+RERUN_DATA = "is it prepare_data's for these records? rerun `dvc repro prepare_data`"
 
 
 def pattern(*placeholders: str) -> Callable[[str], str]:
-    """An argparse type: a path pattern whose {placeholders} are among these (a typo would fail only after
-    every file before it was read).
+    """An argparse type: a path pattern using exactly these {placeholders}, the cells it is filled for. A typo
+    would fail only after every file before it was read; a placeholder left out would give two cells one file
+    (every axis of params can name more than one value), e.g. joint compared with itself.
 
     >>> pattern("arm", "seed")("train/{arm}/seed{seed}/history.jsonl")
     'train/{arm}/seed{seed}/history.jsonl'
     >>> pattern("arm", "seed")("train/{arms}/history.jsonl")
     Traceback (most recent call last):
     argparse.ArgumentTypeError: 'train/{arms}/history.jsonl': unknown placeholder {arms}; it may use {arm}, {seed}
+    >>> pattern("arm", "seed")("train/joint/h.jsonl")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 'train/joint/h.jsonl': missing placeholder {arm}, {seed}; cells would share a file
     """
 
     def parse(value: str) -> str:
@@ -40,12 +46,20 @@ def pattern(*placeholders: str) -> Callable[[str], str]:
         unknown = sorted(used - set(placeholders))
         if unknown:
             raise argparse.ArgumentTypeError(
-                f"{value!r}: unknown placeholder {', '.join('{' + u + '}' for u in unknown)}; it may use "
-                + ", ".join("{" + p + "}" for p in placeholders)
+                f"{value!r}: unknown placeholder {_braced(unknown)}; it may use {_braced(placeholders)}"
+            )
+        missing = [p for p in placeholders if p not in used]
+        if missing:
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: missing placeholder {_braced(missing)}; cells would share a file"
             )
         return value
 
     return parse
+
+
+def _braced(names: Sequence[str]) -> str:
+    return ", ".join("{" + name + "}" for name in names)
 
 
 def _number(value: object, where: str, field: str, nullable: bool = False) -> None:
@@ -110,6 +124,51 @@ def checked_movement(movement: object, path: Path, budgets: Sequence[str], roles
     return movement
 
 
+def checked_data_counts(counts: object, path: Path, benchmarks: Iterable[str]) -> dict:
+    """prepare_data's counts (metrics/data.json) as the report reads them: under `test`, every benchmark the
+    records answer, each with its `questions` and how many have a supporting passage (none: closed-book)."""
+    tests = counts.get("test") if isinstance(counts, dict) else None
+    if not isinstance(tests, dict):
+        raise DataError(f"{path}: field 'test' must map benchmarks to their counts, got {tests!r}; {RERUN_DATA}")
+    missing = sorted(set(benchmarks) - set(tests))
+    if missing:
+        raise DataError(f"{path}: field 'test' lacks benchmarks {missing} that the records answer; {RERUN_DATA}")
+    for bench, row in tests.items():
+        _checked_test_counts(row, f"{path}: test {bench!r}")
+    return counts
+
+
+def _checked_test_counts(row: object, where: str) -> None:
+    """One benchmark's counts: `questions` and `with_supporting_passages`, counts, the second at most the first."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected its counts, got {row!r}")
+    for field in ("questions", "with_supporting_passages"):
+        value = row.get(field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DataError(f"{where}: field {field!r} must be a count (0 or more), got {value!r}")
+    if row["with_supporting_passages"] > row["questions"]:
+        raise DataError(f"{where}: field 'with_supporting_passages' exceeds 'questions' ({row['questions']})")
+
+
+def _data_counts(data: str | None, records: dict) -> dict | None:
+    """--data's counts checked against the benchmarks of records[backbone][arm][seed][budget] (None without it)."""
+    if data is None:
+        return None
+    return checked_data_counts(_json(Path(data), "prepare_data"), Path(data), _benchmarks(records))
+
+
+def _benchmarks(records: dict) -> set[str]:
+    """The benchmarks answered in records[backbone][arm][seed][budget]."""
+    cells = (
+        rows
+        for arms in records.values()
+        for seeds in arms.values()
+        for budgets in seeds.values()
+        for rows in budgets.values()
+    )
+    return {row["benchmark"] for rows in cells for row in rows}
+
+
 def _rows(path: Path, stage: str, check: Callable[[dict, str], dict] = lambda row, where: row) -> list[dict]:
     """The rows of a JSONL output of `stage`, each passed through `check` (with its file and line)."""
     if not path.is_file():
@@ -137,7 +196,7 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
                     budget: _rows(
                         Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
                         f"evaluate@{arm}-{s}-{b}",
-                        checked_record,
+                        record_checker(),
                     )
                     for budget in cfg.budgets
                 }
@@ -149,7 +208,7 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
             ref: _rows(
                 Path(args.reference_records.format(backbone=b, reference=ref)),
                 f"evaluate_reference@{ref}-{b}",
-                checked_record,
+                record_checker(),
             )
             for ref in cfg.references
         }
@@ -195,8 +254,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--corpus", required=True, help="input: the corpus the index holds (where each wrong answer was last seen)"
     )
-    parser.add_argument("--report", required=True, help="output: folder with report.md, report.html and the plots")
-    parser.add_argument("--metrics", required=True, help="output: every statistic and the verdicts (JSON)")
+    parser.add_argument(
+        "--report", type=OutputFolder, required=True, help="output: folder with report.md, report.html and the plots"
+    )
+    parser.add_argument(
+        "--metrics", type=OutputFile, required=True, help="output: every statistic and the verdicts (JSON)"
+    )
     return parser.parse_args(argv)
 
 
@@ -207,10 +270,11 @@ def main(argv: list[str] | None = None) -> None:
 
     cfg = load_config(args.params)
     records, references, cuts, histories, movement = load_cells(cfg, args)
+    counts = _data_counts(args.data, records)  # before the statistics: a bad file fails in seconds
     result = comparison(cfg, records, references, cuts, movement)
     result["lost"] = lost_answers(cfg, records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
-    if args.data:
-        result["closed_book"] = closed_book(_json(Path(args.data), "prepare_data"))
+    if counts is not None:
+        result["closed_book"] = closed_book(counts)
     with atomic_directory(args.report) as tmp:  # the metrics only once the report is whole: they never disagree
         write_report(result, histories, cfg.profile, tmp)
         write_json(args.metrics, result)

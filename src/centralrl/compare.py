@@ -21,7 +21,8 @@ a separate comparison, and each states what each arm spent when it was cut.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -62,6 +63,30 @@ def checked_record(row: dict, where: str) -> dict:
     return row
 
 
+def record_checker() -> Callable[[dict, str], dict]:
+    """`checked_record` for the rows of one file, in order, that also refuses a question (id, benchmark) answered
+    twice, naming it and both lines (a pair needs each question once).
+
+    >>> check = record_checker()
+    >>> row = {"id": "q1", "benchmark": "nq", "em": 0, "f1": 0, "acc": 0}
+    >>> check(row, "r.jsonl:1") == row
+    True
+    >>> check(row, "r.jsonl:3")
+    Traceback (most recent call last):
+    centralrl.errors.DataError: r.jsonl:3: (id, benchmark) ('q1', 'nq') is already answered at r.jsonl:1
+    """
+    first: dict[tuple[str, str], str] = {}
+
+    def check(row: dict, where: str) -> dict:
+        key = (checked_record(row, where)["id"], row["benchmark"])
+        seen = first.setdefault(key, where)
+        if seen != where:
+            raise DataError(f"{where}: (id, benchmark) {key} is already answered at {seen}")
+        return row
+
+    return check
+
+
 def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]:
     """{benchmark: [score x 100 per question, ordered by question id]} (the order pairs arms question by question)."""
     groups: dict[str, list[tuple[str, float]]] = {}
@@ -71,9 +96,13 @@ def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]
 
 
 def check_same_questions(records: Mapping[str, Sequence[dict]]) -> None:
-    """Every evaluated cell must answer exactly the same questions, each under the same benchmark, or nothing
-    can be paired (nor macro-averaged over the same benchmarks)."""
+    """Every evaluated cell must answer exactly the same questions, each once and under the same benchmark, or
+    nothing can be paired (nor macro-averaged over the same benchmarks)."""
     asked = {name: sorted((r["id"], r["benchmark"]) for r in rows) for name, rows in records.items()}
+    for name, got in asked.items():
+        twice = ", ".join(str(q) for q, n in sorted(Counter(got).items()) if n > 1)
+        if twice:
+            raise DataError(f"{name} answered (id, benchmark) {twice} more than once; rerun its evaluation")
     first, expected = next(iter(asked.items()))
     for name, got in asked.items():
         if got != expected:

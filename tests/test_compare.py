@@ -1,0 +1,136 @@
+"""The compare stage refuses inputs that would compare the wrong things, before it writes anything: a path
+pattern that gives two cells one file, a records file answering a question twice, and prepare_data's counts
+without the fields the report reads. Tiny real runs of the stage on the command line of dvc.yaml."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from centralrl.config import TOPOLOGY_ROLES, load_config
+from centralrl.errors import DataError
+from centralrl.io import write_json, write_jsonl
+from conftest import REPO, write_params
+from stages import compare
+
+QUESTIONS = [
+    {"id": f"q{i}", "benchmark": bench, "em": i % 2, "f1": i % 2, "acc": i % 2}
+    for i, bench in enumerate(["nq", "nq", "popqa", "popqa"])
+]
+COUNTS = {"questions": 2, "with_supporting_passages": 2, "with_decomposition": 0}
+CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
+STILL = {"adapter": None, "calls": 0, "changed": 0, "changed_share": None, "kl": None}
+OLD_METRICS = '{"old": true}\n'
+
+
+def dvc_command() -> list[str]:
+    """The compare stage's arguments as dvc.yaml gives them (after `python -m stages.compare`)."""
+    cmd = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["compare"]["cmd"]
+    return shlex.split(cmd)[3:]
+
+
+def with_option(argv: list[str], option: str, value: str) -> list[str]:
+    argv = list(argv)
+    argv[argv.index(option) + 1] = value
+    return argv
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch) -> list[str]:
+    """Every input of dvc.yaml's compare command for the smoke params at one seed (all but the corpus, which is
+    read after the statistics), and an earlier metrics file; returns the command's arguments."""
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(write_params(tmp_path, {"seeds": [0]}))
+    argv = dvc_command()
+    args = compare.arguments(argv)
+    for b in cfg.backbones:
+        for ref in cfg.references:
+            write_jsonl(args.reference_records.format(backbone=b, reference=ref), QUESTIONS)
+        for arm in cfg.arms:
+            cell = {"backbone": b, "arm": arm, "seed": 0}
+            for budget in cfg.budgets:
+                write_jsonl(args.records.format(**cell, budget=budget), QUESTIONS)
+            write_json(args.budgets.format(**cell), dict.fromkeys(cfg.budgets, CUT))
+            write_jsonl(args.history.format(**cell), [{"step": 1, "reward_mean": 0.5}])
+            roles = TOPOLOGY_ROLES[cfg.arm(arm).topology]
+            write_json(args.movement.format(**cell), {budget: dict.fromkeys(roles, STILL) for budget in cfg.budgets})
+    write_json(args.data, {"corpus_passages": 8, "test": {"nq": COUNTS, "popqa": COUNTS}, "train": {}})
+    Path(args.metrics).write_text(OLD_METRICS)
+    return argv
+
+
+def refused(argv: list[str], message: str) -> None:
+    """The stage fails naming `message`, and the metrics and report are as they were."""
+    with pytest.raises(DataError, match=re.escape(message)):
+        compare.main(argv)
+    assert Path("metrics/compare.json").read_text() == OLD_METRICS and not Path("report").exists()
+
+
+def test_good_inputs_pass_every_check_up_to_the_corpus(world):
+    # the baseline of the tests below: the statistics ran, and the next input is the corpus, not given here
+    refused(world, "data/corpus.jsonl: no such file")
+
+
+@pytest.mark.parametrize(
+    "option, value, missing",
+    [
+        ("--records", "eval/main/joint/seed0/equal_steps/records.jsonl", "{backbone}, {arm}, {seed}, {budget}"),
+        ("--records", "eval/{backbone}/{arm}/seed{seed}/records.jsonl", "{budget}"),
+        ("--reference-records", "eval/{backbone}/base/records.jsonl", "{reference}"),
+        ("--budgets", "train/{backbone}/{arm}/budgets.json", "{seed}"),
+        ("--history", "train/main/{arm}/seed{seed}/history.jsonl", "{backbone}"),
+        ("--movement", "metrics/movement/{backbone}/seed{seed}.json", "{arm}"),
+    ],
+)
+def test_a_pattern_that_gives_two_cells_one_file_is_a_usage_error(capsys, option, value, missing):
+    # with --records naming one file, joint was compared with itself: "inconclusive"
+    assert compare.arguments(dvc_command()).records  # dvc.yaml's own patterns are whole
+    with pytest.raises(SystemExit) as stop:
+        compare.arguments(with_option(dvc_command(), option, value))
+    assert stop.value.code == 2
+    assert f"argument {option}: '{value}': missing placeholder {missing}; cells would share a file" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_question_answered_twice_in_a_records_file_is_named_with_both_lines(world):
+    # a repeated line ended in "answered other questions than ... (19 vs 18; (id, benchmark) in one only: )"
+    path = Path("eval/main/joint/seed0/equal_steps/records.jsonl")
+    path.write_text(path.read_text() + json.dumps(QUESTIONS[1]) + "\n")
+    refused(world, f"{path}:5: (id, benchmark) ('q1', 'nq') is already answered at {path}:2")
+
+
+def test_cells_answering_a_question_twice_are_named():
+    from centralrl.compare import check_same_questions
+
+    once, twice = QUESTIONS, [*QUESTIONS, QUESTIONS[1]]
+    with pytest.raises(DataError, match=re.escape("joint-seed0 answered (id, benchmark) ('q1', 'nq') more than once")):
+        check_same_questions({"base": once, "joint-seed0": twice})
+
+
+def with_nq(**counts) -> dict:
+    return {"test": {"nq": {**COUNTS, **counts}, "popqa": COUNTS}}
+
+
+@pytest.mark.parametrize(
+    "counts, named",
+    [
+        ({}, "field 'test' must map benchmarks to their counts, got None"),
+        ([], "field 'test' must map benchmarks to their counts, got None"),
+        ({"test": {"nq": COUNTS}}, "field 'test' lacks benchmarks ['popqa'] that the records answer"),
+        ({"test": {"nq": COUNTS, "popqa": 2}}, "test 'popqa': expected its counts, got 2"),
+        (with_nq(with_supporting_passages=None), "test 'nq': field 'with_supporting_passages' must be a count"),
+        (with_nq(questions="2"), "test 'nq': field 'questions' must be a count (0 or more), got '2'"),
+        (with_nq(questions=-1), "test 'nq': field 'questions' must be a count (0 or more), got -1"),
+        (with_nq(questions=1), "test 'nq': field 'with_supporting_passages' exceeds 'questions' (1)"),
+    ],
+)
+def test_data_counts_the_report_cannot_read_are_named(world, counts, named):
+    # {} gave the same report as the real counts: no benchmark labelled closed-book
+    write_json("metrics/data.json", counts)
+    refused(world, f"metrics/data.json: {named}")
