@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
     parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
-    parser.add_argument("--index", type=OutputFolder, required=True, help="output: index directory")
-    parser.add_argument(
-        "--metrics",
-        type=OutputFile,
-        required=True,
-        help="output: recall@k per split and benchmark, per backend (JSON)",
-    )
+    parser.add_output("--index", "index directory", folder=True)
+    parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)")
     return parser.parse_args(argv)
 
 

@@ -84,6 +84,10 @@ def outputs_problem(outputs: dict[str, OutputFile]) -> str | None:
 class StageParser(argparse.ArgumentParser):
     """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`)."""
 
+    def add_output(self, flag: str, what: str, folder: bool = False) -> None:
+        """A required output flag (a folder when `folder`), checked with the others when parsed."""
+        self.add_argument(flag, type=OutputFolder if folder else OutputFile, required=True, help=f"output: {what}")
+
     def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 (argparse's signature)
         parsed = super().parse_args(args, namespace)
         outputs = {"--" + key.replace("_", "-"): value for key, value in vars(parsed).items()}

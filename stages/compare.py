@@ -18,7 +18,7 @@ from centralrl.compare import comparison, lost_answers, record_checker
 from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 RERUN_DATA = "is it prepare_data's for these records? rerun `dvc repro prepare_data`"
 
@@ -254,12 +254,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--corpus", required=True, help="input: the corpus the index holds (where each wrong answer was last seen)"
     )
-    parser.add_argument(
-        "--report", type=OutputFolder, required=True, help="output: folder with report.md, report.html and the plots"
-    )
-    parser.add_argument(
-        "--metrics", type=OutputFile, required=True, help="output: every statistic and the verdicts (JSON)"
-    )
+    parser.add_output("--report", "folder with report.md, report.html and the plots", folder=True)
+    parser.add_output("--metrics", "every statistic and the verdicts (JSON)")
     return parser.parse_args(argv)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import OutputFile, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -21,18 +21,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="with --arm: the training seed")
     parser.add_argument("--adapters", help="with --arm: input, the cell's adapters, one folder per budget (train)")
     parser.add_argument("--budgets", help="with --arm: input, where each budget cut the run (train)")
-    parser.add_argument(
-        "--out",
-        type=OutputFolder,
-        required=True,
-        help="output: records.jsonl and transcripts.md (per budget for an arm)",
-    )
-    parser.add_argument(
-        "--metrics",
-        type=OutputFile,
-        required=True,
-        help="output: EM/F1/Acc per benchmark, macro-average, compute (JSON)",
-    )
+    parser.add_output("--out", "records.jsonl and transcripts.md (per budget for an arm)", folder=True)
+    parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)")
     parser.add_argument(
         "--movement",
         type=OutputFile,

@@ -17,17 +17,15 @@ from centralrl.config import load_config
 from centralrl.data.prepare import collect, counts
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
-from stages.cli import OutputFile, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
-    parser.add_argument("--train", type=OutputFile, required=True, help="output: training questions (JSONL)")
-    parser.add_argument("--test", type=OutputFile, required=True, help="output: evaluation questions (JSONL)")
-    parser.add_argument("--corpus", type=OutputFile, required=True, help="output: passages (JSONL: id, title, text)")
-    parser.add_argument(
-        "--metrics", type=OutputFile, required=True, help="output: counts per split and benchmark (JSON)"
-    )
+    parser.add_output("--train", "training questions (JSONL)")
+    parser.add_output("--test", "evaluation questions (JSONL)")
+    parser.add_output("--corpus", "passages (JSONL: id, title, text)")
+    parser.add_output("--metrics", "counts per split and benchmark (JSON)")
     return parser.parse_args(argv)
 
 

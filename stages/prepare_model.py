@@ -14,18 +14,14 @@ from pathlib import Path
 from centralrl.config import load_config
 from centralrl.io import write_json
 from centralrl.models.backbone import prepare_backbone
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params")
-    parser.add_argument(
-        "--out", type=OutputFolder, required=True, help="output: the model directory (config, safetensors, tokenizer)"
-    )
-    parser.add_argument(
-        "--metrics", type=OutputFile, required=True, help="output: source, parameters, dtype, content hash (JSON)"
-    )
+    parser.add_output("--out", "the model directory (config, safetensors, tokenizer)", folder=True)
+    parser.add_output("--metrics", "source, parameters, dtype, content hash (JSON)")
     return parser.parse_args(argv)
 
 

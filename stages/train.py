@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -21,17 +21,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
     parser.add_argument("--index", required=True, help="input: index directory (build_index)")
     parser.add_argument("--train", required=True, help="input: training questions (JSONL)")
-    parser.add_argument(
-        "--adapters", type=OutputFolder, required=True, help="output: <budget>/<adapter>/ for every budget's cut"
-    )
-    parser.add_argument(
-        "--budgets",
-        type=OutputFile,
-        required=True,
-        help="output: where each budget cut the run and what it spent (JSON)",
-    )
-    parser.add_argument("--history", type=OutputFile, required=True, help="output: per-step metrics (JSONL)")
-    parser.add_argument("--metrics", type=OutputFile, required=True, help="output: summary of the run (JSON)")
+    parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", folder=True)
+    parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)")
+    parser.add_output("--history", "per-step metrics (JSONL)")
+    parser.add_output("--metrics", "summary of the run (JSON)")
     parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
     parser.add_argument(
         "--start-scores",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.io import write_json
-from stages.cli import OutputFile, OutputFolder, run_stage, stage_parser
+from stages.cli import run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,15 +26,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
     parser.add_argument("--index", required=True, help="input: index directory (build_index); unused when disabled")
     parser.add_argument("--train", required=True, help="input: training questions (JSONL); unused when disabled")
-    parser.add_argument(
-        "--out", type=OutputFolder, required=True, help="output: the starting checkpoint directory (backbone layout)"
-    )
-    parser.add_argument(
-        "--metrics",
-        type=OutputFile,
-        required=True,
-        help="output: questions, traces, trained tokens, losses, content hash (JSON)",
-    )
+    parser.add_output("--out", "the starting checkpoint directory (backbone layout)", folder=True)
+    parser.add_output("--metrics", "questions, traces, trained tokens, losses, content hash (JSON)")
     return parser.parse_args(argv)
 
 
