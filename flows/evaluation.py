@@ -26,6 +26,7 @@ from centralrl.errors import DataError
 from centralrl.evaluation import (
     budget_cuts,
     compute_spent,
+    check_same_cut,
     copy_evaluation,
     cuts_by_step,
     markdown_table,
@@ -148,6 +149,7 @@ def evaluation_flow(
         return result
     results, movement = {}, {}
     for step, (first, *same) in cuts_by_step(cuts).items():
+        check_same_cut(Path(adapters_dir), step, first, same)
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first), arm)
         name = f"{arm}-{seed}-{backbone}"
         results[first], movement[first] = evaluate_one(

@@ -544,3 +544,19 @@ def test_an_empty_corpus_a_missing_adapter_folder_and_a_negative_seed_are_named(
     with pytest.raises(SystemExit) as stop:
         experiment(["--profile", "smoke", "--seeds", "-1", "--dry"])
     assert stop.value.code == 2 and "'-1': a seed is a whole number >= 0" in capsys.readouterr().err
+
+
+def test_budgets_cut_at_one_step_must_hold_the_same_adapters(tmp_path):
+    """Such budgets are evaluated once, from the first one's folder; a damaged copy in the other went unread."""
+    from centralrl.evaluation import check_same_cut
+
+    for budget in ("equal_steps", "equal_tokens"):
+        (tmp_path / budget / "central").mkdir(parents=True)
+        (tmp_path / budget / "central" / "adapter_model.safetensors").write_bytes(b"weights")
+    check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])
+    (tmp_path / "equal_tokens" / "central" / "adapter_model.safetensors").write_bytes(b"weigh")  # cut short
+    with pytest.raises(DataError, match=r"equal_tokens/central/adapter_model\.safetensors: not as in .* at step 3"):
+        check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])
+    (tmp_path / "equal_tokens" / "central" / "adapter_model.safetensors").unlink()
+    with pytest.raises(DataError, match=r"equal_tokens/central/adapter_model\.safetensors: not as in"):
+        check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])

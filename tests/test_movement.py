@@ -85,7 +85,8 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
     cfg = load_config(params)
     model, _, _ = _joint_model(folder / "start", cfg.lora, moved)
     first = sorted(cfg.budgets)[0]
-    save_adapters(model, folder / out / "adapters" / first)
+    for budget in cfg.budgets:  # every cut at the same step: the same adapters in each budget's folder
+        save_adapters(model, folder / out / "adapters" / budget)
     write_json(folder / out / "budgets.json", {budget: {"step": 1} for budget in cfg.budgets})
     evaluate.main(
         [

@@ -157,3 +157,22 @@ def cuts_by_step(cuts: dict) -> dict[int, list[str]]:
     for budget, cut in sorted(cuts.items()):
         by_step.setdefault(cut["step"], []).append(budget)
     return dict(sorted(by_step.items()))
+
+
+def check_same_cut(adapters: Path, step: int, first: str, same: Sequence[str]) -> None:
+    """Budgets cut at one step hold the same adapters (evaluated once, from `first`'s folder); refuse a folder of
+    `same` whose files differ from `first`'s, so a damaged or foreign copy is not passed over unread."""
+    files = _files(adapters / first)
+    for budget in same:
+        other = adapters / budget
+        odd = sorted(set(files) ^ set(_files(other)))
+        odd = odd or [f for f in files if (adapters / first / f).read_bytes() != (other / f).read_bytes()]
+        if odd:
+            raise DataError(
+                f"{other / odd[0]}: not as in {adapters / first}, though budgets {first} and {budget} were cut at "
+                f"step {step}; the folder is damaged or from another run (rerun the train stage)"
+            )
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(path.relative_to(folder) for path in folder.rglob("*") if path.is_file())
