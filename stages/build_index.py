@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import run_stage, stage_parser
+from stages.cli import InputPath, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
-    parser.add_argument("--corpus", required=True, help="input: passages (JSONL)")
-    parser.add_argument("--questions", required=True, nargs="+", help="inputs: question files to measure recall on")
+    parser.add_argument("--corpus", type=InputPath, required=True, help="input: passages (JSONL)")
+    parser.add_argument(
+        "--questions", type=InputPath, required=True, nargs="+", help="inputs: question files to measure recall on"
+    )
     parser.add_output("--index", "index directory", folder=True)
     parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)")
     return parser.parse_args(argv)

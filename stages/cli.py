@@ -56,15 +56,22 @@ class OutputFolder(OutputFile):
     folder = True
 
 
-def outputs_problem(outputs: dict[str, OutputFile]) -> str | None:
+class InputPath(str):
+    """An argparse `type` for a stage's input file or folder: no output may be it, hold it or lie inside it."""
+
+
+def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[InputPath]] | None = None) -> str | None:
     """Why these outputs (flag -> path) could not all be written, or None: two flags naming one path, one inside
-    another's folder (which is replaced whole), or something in the way (`io.output_in_the_way`). Checked before
-    the stage's work, so it never fails at its last write with the others already written.
+    another's folder (which is replaced whole), one that is, holds or lies inside an input (flag -> paths), or
+    something in the way (`io.output_in_the_way`). Checked before the stage's work, so it never fails at its last
+    write with the others already written, nor overwrites what it reads.
 
     >>> outputs_problem({"--train": OutputFile("d/q.jsonl"), "--test": OutputFile("d/./q.jsonl")})
     '--train and --test both name d/q.jsonl: each output needs its own path'
     >>> outputs_problem({"--out": OutputFolder("eval/base"), "--metrics": OutputFile("eval/base/m.json")})
     "--metrics eval/base/m.json is inside --out's folder eval/base, which the stage replaces whole"
+    >>> outputs_problem({"--metrics": OutputFile("data/c.jsonl")}, {"--corpus": [InputPath("data/c.jsonl")]})
+    '--metrics data/c.jsonl overlaps the input --corpus data/c.jsonl: the stage would write over what it reads'
     """
     where = {flag: Path(path).resolve() for flag, path in outputs.items()}
     for (flag, path), (other, other_path) in itertools.combinations(where.items(), 2):
@@ -74,6 +81,12 @@ def outputs_problem(outputs: dict[str, OutputFile]) -> str | None:
             if outputs[outer].folder and where[outer] in where[inner].parents:
                 inside = f"{inner} {outputs[inner]} is inside {outer}'s folder {outputs[outer]}"
                 return f"{inside}, which the stage replaces whole"
+    for (flag, path), (source_flag, sources) in itertools.product(outputs.items(), (inputs or {}).items()):
+        for source in sources:
+            read = Path(source).resolve()
+            if read == where[flag] or read in where[flag].parents or where[flag] in read.parents:
+                overlap = f"{flag} {path} overlaps the input {source_flag} {source}"
+                return f"{overlap}: the stage would write over what it reads"
     for flag, path in outputs.items():
         problem = output_in_the_way(Path(path), path.folder)
         if problem is not None:
@@ -90,8 +103,11 @@ class StageParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 (argparse's signature)
         parsed = super().parse_args(args, namespace)
-        outputs = {"--" + key.replace("_", "-"): value for key, value in vars(parsed).items()}
-        problem = outputs_problem({flag: path for flag, path in outputs.items() if isinstance(path, OutputFile)})
+        given = {"--" + key.replace("_", "-"): value for key, value in vars(parsed).items()}
+        outputs = {flag: path for flag, path in given.items() if isinstance(path, OutputFile)}
+        listed = {flag: value if isinstance(value, list) else [value] for flag, value in given.items()}
+        inputs = {flag: paths for flag, paths in listed.items() if paths and isinstance(paths[0], InputPath)}
+        problem = outputs_problem(outputs, inputs)
         if problem is not None:
             self.error(problem)
         return parsed

@@ -18,7 +18,7 @@ from centralrl.compare import comparison, lost_answers, record_checker
 from centralrl.config import TOPOLOGY_ROLES, Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
-from stages.cli import run_stage, stage_parser
+from stages.cli import InputPath, run_stage, stage_parser
 
 RERUN_DATA = "is it prepare_data's for these records? rerun `dvc repro prepare_data`"
 
@@ -248,11 +248,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(option, required=True, type=pattern(*placeholders), help=f"input pattern: {holds}")
     parser.add_argument(
         "--data",
+        type=InputPath,
         help="input: prepare_data's counts (metrics/data.json); a benchmark with no supporting passage is labelled "
         "closed-book in the report",
     )
     parser.add_argument(
-        "--corpus", required=True, help="input: the corpus the index holds (where each wrong answer was last seen)"
+        "--corpus",
+        type=InputPath,
+        required=True,
+        help="input: the corpus the index holds (where each wrong answer was last seen)",
     )
     parser.add_output("--report", "folder with report.md, report.html and the plots", folder=True)
     parser.add_output("--metrics", "every statistic and the verdicts (JSON)")

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import OutputFile, run_stage, stage_parser
+from stages.cli import InputPath, OutputFile, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params")
-    parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
-    parser.add_argument("--index", required=True, help="input: index directory (build_index)")
-    parser.add_argument("--questions", required=True, help="input: evaluation questions (JSONL)")
+    parser.add_argument("--model", type=InputPath, required=True, help="input: the starting checkpoint (warmstart)")
+    parser.add_argument("--index", type=InputPath, required=True, help="input: index directory (build_index)")
+    parser.add_argument("--questions", type=InputPath, required=True, help="input: evaluation questions (JSONL)")
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--reference", help="a key of `references`: evaluate the untrained harness")
     who.add_argument("--arm", help="a key of `arms`: evaluate every budget cut of its training (with --seed)")
     parser.add_argument("--seed", type=int, help="with --arm: the training seed")
-    parser.add_argument("--adapters", help="with --arm: input, the cell's adapters, one folder per budget (train)")
-    parser.add_argument("--budgets", help="with --arm: input, where each budget cut the run (train)")
+    parser.add_argument(
+        "--adapters", type=InputPath, help="with --arm: input, the cell's adapters, one folder per budget (train)"
+    )
+    parser.add_argument("--budgets", type=InputPath, help="with --arm: input, where each budget cut the run (train)")
     parser.add_output("--out", "records.jsonl and transcripts.md (per budget for an arm)", folder=True)
     parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)")
     parser.add_argument(

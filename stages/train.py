@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stages.cli import run_stage, stage_parser
+from stages.cli import InputPath, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -18,9 +18,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arm", required=True, help="a key of `arms` in params")
     parser.add_argument("--seed", required=True, type=int, help="training seed (one of `seeds`)")
     parser.add_argument("--backbone", required=True, help="a key of `models` in params (one of `backbones`)")
-    parser.add_argument("--model", required=True, help="input: the starting checkpoint (warmstart)")
-    parser.add_argument("--index", required=True, help="input: index directory (build_index)")
-    parser.add_argument("--train", required=True, help="input: training questions (JSONL)")
+    parser.add_argument("--model", type=InputPath, required=True, help="input: the starting checkpoint (warmstart)")
+    parser.add_argument("--index", type=InputPath, required=True, help="input: index directory (build_index)")
+    parser.add_argument("--train", type=InputPath, required=True, help="input: training questions (JSONL)")
     parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", folder=True)
     parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)")
     parser.add_output("--history", "per-step metrics (JSONL)")

@@ -17,15 +17,19 @@ from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.io import write_json
-from stages.cli import run_stage, stage_parser
+from stages.cli import InputPath, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params (its dtype is used)")
-    parser.add_argument("--model", required=True, help="input: backbone directory (prepare_model)")
-    parser.add_argument("--index", required=True, help="input: index directory (build_index); unused when disabled")
-    parser.add_argument("--train", required=True, help="input: training questions (JSONL); unused when disabled")
+    parser.add_argument("--model", type=InputPath, required=True, help="input: backbone directory (prepare_model)")
+    parser.add_argument(
+        "--index", type=InputPath, required=True, help="input: index directory (build_index); unused when disabled"
+    )
+    parser.add_argument(
+        "--train", type=InputPath, required=True, help="input: training questions (JSONL); unused when disabled"
+    )
     parser.add_output("--out", "the starting checkpoint directory (backbone layout)", folder=True)
     parser.add_output("--metrics", "questions, traces, trained tokens, losses, content hash (JSON)")
     return parser.parse_args(argv)

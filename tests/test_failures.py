@@ -180,6 +180,11 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url):
             ["--backbone", "main", "--out", "model", "--metrics", "model/m.json"],
             "--metrics model/m.json is inside --out's folder model",
         ),
+        (  # replaced the corpus with the retrieval metrics, exit 0
+            "build_index",
+            ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "index", "--metrics", "c.jsonl"],
+            "--metrics c.jsonl overlaps the input --corpus c.jsonl: the stage would write over what it reads",
+        ),
         (
             "evaluate",
             ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--arm", "joint"]

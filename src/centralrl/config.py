@@ -1091,6 +1091,7 @@ def load_config(params_path: str | Path = "params.yaml", overrides: dict | None 
     try:
         return Config.model_validate(resolved)
     except ValidationError as error:
+        given = " and the values set on the command line" if overrides else ""
         raise ConfigError(
-            _format(error, f"{params_path} (profile {resolved.get('profile', DEFAULT_PROFILE)})")
+            _format(error, f"{params_path}{given} (profile {resolved.get('profile', DEFAULT_PROFILE)})")
         ) from None
