@@ -7,7 +7,9 @@
 - every section of the params file is validated first, whether or not the stage reads it, and a stage that
   logs to an MLflow server checks that it answers (seconds) before its work, not after it;
 - its command line is parsed first (the stage's `arguments`), so `--help` or a usage error ends it in about a
-  second, before any server starts or torch is imported (it took 11-16 s when `main` parsed it);
+  second, before any server starts or torch is imported (it took 11-16 s when `main` parsed it); its outputs
+  (`StageParser.add_output`) are checked then too, against each other, its inputs (`InputPath`) and what is in
+  their way, so it never fails at its last write nor writes over what it reads;
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
   (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one; the params are
   validated (and torch and Prefect imported) while that server starts, which takes seconds;
@@ -33,7 +35,7 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -101,7 +103,9 @@ class StageParser(argparse.ArgumentParser):
         """A required output flag (a folder when `folder`), checked with the others when parsed."""
         self.add_argument(flag, type=OutputFolder if folder else OutputFile, required=True, help=f"output: {what}")
 
-    def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 (argparse's signature)
+    def parse_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
         parsed = super().parse_args(args, namespace)
         given = {"--" + key.replace("_", "-"): value for key, value in vars(parsed).items()}
         outputs = {flag: path for flag, path in given.items() if isinstance(path, OutputFile)}

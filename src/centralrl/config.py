@@ -1020,7 +1020,8 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     if not params_path.is_file():
         kind = "a folder, not a params file" if params_path.is_dir() else "params file not found"
         raise ConfigError(f"{params_path}: {kind}")
-    raw = deep_merge(_read_yaml(params_path, empty_ok=False), overrides or {})
+    file_params = _read_yaml(params_path, empty_ok=False)
+    raw = deep_merge(file_params, overrides or {})  # a new mapping: file_params stays as the file says
     profile = raw.get("profile", DEFAULT_PROFILE)
     overlay_file = profile_path(params_path, str(profile))
     if profile is None or not str(profile).strip():  # `profile:` with no value is None, not the default
@@ -1039,7 +1040,6 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
     overlay = _read_yaml(overlay_file)
     if "profile" in overlay:
         raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
-    file_params = _read_yaml(params_path, empty_ok=False)
     conflicts = _overridden_changes(file_params, overlay, Config().model_dump(mode="json"))
     if conflicts:
         key, mine, theirs = conflicts[0]
