@@ -107,8 +107,8 @@ def test_overfit_on_a_fixed_pool_raises_its_reward_and_unseen_dev_questions_foll
     policy = RolePolicy(attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, 32)
     index = Bm25sIndex.build([Passage("p", "Nothing", "nothing to find here")], 1.2, 0.75, True)
     questions, dev = toy_questions(tokenizer)[:4], toy_questions(tokenizer)[4:8]
-    rows = overfit.fit(cfg, policy, index, questions, 6, seed=0, dev=dev, dev_every=3)
-    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5, 6]  # step 0: the start's dev scores
+    rows = overfit.fit(cfg, policy, index, questions, 8, seed=0, dev=dev, dev_every=4)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5, 6, 7, 8]  # step 0: the start's dev scores
     steps = rows[1:]
     assert all(sorted(r["reward_by_question"]) == [q.id for q in questions] for r in steps)  # all 4, each step
     print("mean reward per step:", [r["reward_mean"] for r in steps])
@@ -116,5 +116,5 @@ def test_overfit_on_a_fixed_pool_raises_its_reward_and_unseen_dev_questions_foll
     assert last > first + 0.25, [r["reward_mean"] for r in steps]
     scored = [r["step"] for r in rows if "dev.f1" in r]
     print("dev F1 at steps", scored, [r["dev.f1"] for r in rows if "dev.f1" in r])
-    assert scored == [0, 3, 6]
+    assert scored == [0, 4, 8]
     assert rows[-1]["dev.f1"] > rows[0]["dev.f1"]  # the 4 unseen questions ask the same: what it learned carries

@@ -2,8 +2,9 @@
 
 The prompts follow the harness of the central-agent paper in spirit (a coordinator that plans sub-questions,
 a retrieval worker that reads passages, a conclusion worker that answers) and Search-R1's template for the
-single-agent reference; the wording is ours, kept short for small backbones. No worked examples: a 135M model copies
-their entities.
+single-agent reference; the wording is ours, kept short for small backbones: the three roles' system prompts hold
+100 SmolLM2 tokens (they held 156; the warm-started roles follow the protocol from either, README: Benchmarks).
+No worked examples: a 135M model copies their entities.
 """
 
 from __future__ import annotations
@@ -14,21 +15,13 @@ from centralrl.harness.protocol import as_data
 from centralrl.retrieval.base import Hit
 
 CENTRAL_SYSTEM = (
-    "You coordinate a team that answers multi-hop questions. You cannot search yourself. Each turn, think "
-    "briefly, then either ask the retrieval agent ONE focused sub-question or conclude when the notes answer "
-    "the question.\n"
-    "Format: <think>reasoning</think><subquestion>question</subquestion> or "
-    "<think>reasoning</think><conclude></conclude>"
+    "Ask ONE sub-question, or conclude if the notes answer the question.\n"
+    "Format: <think>reasoning</think> then <subquestion>question</subquestion> or <conclude></conclude>"
 )
 RETRIEVAL_SYSTEM = (
-    "You read passages and write a short evidence note that answers the sub-question, quoting the fact. If the "
-    "passages do not answer it, say nothing relevant was found.\n"
-    "Format: <note>evidence</note>"
+    "Quote the fact that answers the sub-question, or say nothing relevant was found.\nFormat: <note>evidence</note>"
 )
-CONCLUSION_SYSTEM = (
-    "You answer a question from evidence notes. Reply with the shortest answer: a name, place, year or yes/no.\n"
-    "Format: <answer>answer</answer>"
-)
+CONCLUSION_SYSTEM = "Reply with the shortest answer: a name, place, year or yes/no.\nFormat: <answer>answer</answer>"
 SINGLE_AGENT_SYSTEM = (
     "Answer the question. Think inside <think> and </think> first. If you lack knowledge, search with "
     "<search>query</search> and the results come back inside <information> and </information>. You may "
