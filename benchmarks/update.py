@@ -9,15 +9,17 @@ seed `--seed`, sampled in float32 (the model itself), with advantages from its r
 rewards gives zeros: the cost of a sample does not depend on its advantage). Paths, each run `--rounds` times in
 turn on those samples, gradients zeroed before each run, no optimizer step:
 - `old`: the update before issue 12 (`old_update` below): full [B, L, V] logits, each adapter's samples in rollout
-  order, micro-batches of 8, float32, old log-probs = the update's own (ratio 1);
+  order, micro-batches of 8, float32, old log-probs = the update's own (ratio 1), KL term 0.02 (a reference
+  forward);
 - `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
   `precision`, the rollout's recorded log-probs);
 - `new_ft<n>`: the new path with `--forward-tokens` n padded positions per forward (what bounds peak memory);
 - `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time);
 - `new_heap_kept`: the new path with freed memory left in glibc's heap, as before the update and the warm start
   returned it to the OS after each micro-batch (`hardware.return_free_memory`): what that costs and saves;
-- `new_shared_prefix`: the new path with `shared_prefix` (each micro-batch's common prefix run once, its KV
-  expanded to the rows); `new_no_kl` with `kl_coef` 0 (no reference forward); `new_shared_prefix_no_kl` both;
+- `new_unshared`: the new path without `shared_prefix` (each micro-batch's common prefix run once, its KV
+  expanded to the rows; on by default); `new_kl` with the old `kl_coef` 0.02 (a reference forward; 0 by default);
+  `new_kl_unshared` both: the update of the committed results before they were regenerated with today's defaults;
 - `new_<other>`: the same in the other precision (float32 when `precision` resolves to bf16: what the head slicing
   and sorting alone buy; else bfloat16: what bf16 autocast would add), and `new_mb<n>`: the new path with
   `--micro-batches` sequences per forward (the measurement behind the `micro_batch_size` default).
@@ -44,10 +46,11 @@ import argparse
 import cli
 from cli import check_out, count, count_or_zero, counts, run_main
 
-VARIANTS = {  # path -> train.grpo changes measured against `new`
-    "new_shared_prefix": {"shared_prefix": True},
-    "new_no_kl": {"kl_coef": 0.0},
-    "new_shared_prefix_no_kl": {"shared_prefix": True, "kl_coef": 0.0},
+OLD_KL_COEF = 0.02  # train.grpo.kl_coef before the regeneration of the committed results
+VARIANTS = {  # path -> train.grpo changes measured against `new` (params.yaml's defaults)
+    "new_unshared": {"shared_prefix": False},
+    "new_kl": {"kl_coef": OLD_KL_COEF},
+    "new_kl_unshared": {"shared_prefix": False, "kl_coef": OLD_KL_COEF},
 }
 
 
@@ -124,7 +127,7 @@ from centralrl.rl.trainer import (
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
 
-OLD_MICRO_BATCH = 8  # train.grpo.micro_batch_size before issue 12
+OLD_SETTINGS = {"micro_batch_size": 8, "precision": "float32", "kl_coef": OLD_KL_COEF}  # train.grpo before issue 12
 
 
 def full_logprobs(model, ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -295,7 +298,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     denominator = loss_denominator(samples, g.loss_normalization)
     other = "float32" if compute_dtype(g.precision, policy.device) == torch.bfloat16 else "bfloat16"
     settings = {
-        "old": (old_update, g.model_copy(update={"micro_batch_size": OLD_MICRO_BATCH, "precision": "float32"}), False),
+        "old": (old_update, g.model_copy(update=OLD_SETTINGS), False),
         "new": (update, g, True),
         f"new_{other}": (update, g.model_copy(update={"precision": other}), True),
     }
@@ -342,10 +345,10 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
                 "update_speedup_trained_tokens_per_s": ("old", "new", "wall_seconds"),  # same trained tokens
                 "update_speedup_trained_tokens_per_core_s": ("old", "new", "core_seconds"),
                 f"{other}_speedup_core_seconds": ("old", f"new_{other}", "core_seconds"),
-                "shared_prefix_speedup_core_seconds": ("new", "new_shared_prefix", "core_seconds"),
-                "no_kl_speedup_core_seconds": ("new", "new_no_kl", "core_seconds"),
-                "shared_prefix_no_kl_speedup_core_seconds": ("new", "new_shared_prefix_no_kl", "core_seconds"),
-                "update_speedup_core_seconds_shared_prefix_no_kl": ("old", "new_shared_prefix_no_kl", "core_seconds"),
+                "shared_prefix_speedup_core_seconds": ("new_unshared", "new", "core_seconds"),
+                "no_kl_speedup_core_seconds": ("new_kl", "new", "core_seconds"),
+                "shared_prefix_no_kl_speedup_core_seconds": ("new_kl_unshared", "new", "core_seconds"),
+                "update_speedup_core_seconds_kl_unshared": ("old", "new_kl_unshared", "core_seconds"),
             },
         ),
     }
