@@ -14,7 +14,8 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
 - `new`: `trainer.update` with params.yaml's `train.grpo` (completion-only head, length-sorted micro-batches,
   `precision`, the rollout's recorded log-probs);
 - `new_ft<n>`: the new path with `--forward-tokens` n padded positions per forward (what bounds peak memory);
-- `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time);
+- `new_checkpointed`: the new path with activation checkpointing (recomputed in the backward: memory for time),
+  without `shared_prefix` (the two cannot be combined);
 - `new_heap_kept`: the new path with freed memory left in glibc's heap, as before the update and the warm start
   returned it to the OS after each micro-batch (`hardware.return_free_memory`): what that costs and saves;
 - `new_unshared`: the new path without `shared_prefix` (each micro-batch's common prefix run once, its KV
@@ -307,7 +308,8 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     for n in args.forward_tokens:
         settings[f"new_ft{n}"] = (update, g.model_copy(update={"forward_tokens": n}), True)
     settings |= {name: (update, g.model_copy(update=changes), True) for name, changes in VARIANTS.items()}
-    settings["new_checkpointed"] = (checkpointed(update), g, True)
+    unshared = g.model_copy(update={"shared_prefix": False})  # a checkpointed layer drops the shared prefix's KV
+    settings["new_checkpointed"] = (checkpointed(update), unshared, True)
     settings["new_heap_kept"] = (heap_kept(update), g, True)
     settings = selected(settings, args.paths, "update")
 

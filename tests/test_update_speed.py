@@ -164,6 +164,9 @@ def test_a_shared_prefix_run_once_gives_the_same_logprobs_and_update(peft):
         torch.testing.assert_close(once_grads[name], grad, atol=1e-7, rtol=1e-4, msg=name)
     with pytest.raises(ValueError, match="shared_prefix and activation_checkpointing"):
         GrpoConfig(shared_prefix=True, activation_checkpointing=True)
+    with pytest.raises(ValueError, match="set train.grpo.shared_prefix: false too"):  # shared_prefix is the default
+        GrpoConfig(activation_checkpointing=True)
+    assert not GrpoConfig(activation_checkpointing=True, shared_prefix=False).shared_prefix
 
 
 def test_old_logprobs_are_the_recorded_ones(peft):

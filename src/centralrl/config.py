@@ -636,7 +636,8 @@ class GrpoConfig(Section):
         if self.shared_prefix and self.activation_checkpointing:
             raise ValueError(
                 "shared_prefix and activation_checkpointing cannot both be true: a checkpointed decoder layer "
-                "drops the KV cache that carries the shared prefix to the rows"
+                "drops the KV cache that carries the shared prefix to the rows; to checkpoint, set "
+                "train.grpo.shared_prefix: false too"
             )
         return self
 
