@@ -166,7 +166,7 @@ def _prepare(params: str, argv: list[str], tracked: bool) -> None:
 
     cfg = load_config(params)
     set_threads(cfg.threads)
-    set_memory_return(cfg.return_memory)
+    set_memory_return(cfg.return_memory, cfg.return_memory_above_gb)
     if tracked:
         check_reachable(cfg.tracking.uri)
     for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:

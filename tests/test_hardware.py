@@ -80,6 +80,22 @@ def test_freed_tensors_held_in_the_heap_go_back_to_the_os(enabled):
     assert pinned.sum() == 2**18
 
 
+@pytest.mark.skipif(not hardware.return_free_memory(), reason="no glibc malloc_trim in this C library")
+def test_below_the_ceiling_the_heap_keeps_freed_memory():
+    """`return_memory_above_gb`: under it nothing is returned (the next micro-batch reuses the heap); over it, or
+    when asked `always`, it is."""
+    resident = hardware.resident_bytes()
+    assert resident and 10e6 < resident < 1e12
+    try:
+        hardware.set_memory_return(True, above_gb=(resident + 2**30) / 1e9)
+        assert hardware.return_free_memory() is False
+        assert hardware.return_free_memory(always=True) is True
+        hardware.set_memory_return(True, above_gb=resident / 2 / 1e9)
+        assert hardware.return_free_memory() is True
+    finally:
+        hardware.set_memory_return(True)
+
+
 def test_a_stage_applies_return_memory_from_params(tmp_path):
     from stages.cli import _prepare
 
@@ -87,5 +103,7 @@ def test_a_stage_applies_return_memory_from_params(tmp_path):
     try:
         _prepare(str(write_params(tmp_path, {"return_memory": False, "threads": threads})), [], tracked=False)
         assert hardware.return_free_memory() is False
+        _prepare(str(write_params(tmp_path, {"return_memory_above_gb": 1e6, "threads": threads})), [], tracked=False)
+        assert hardware.return_free_memory() is False  # below a ceiling of a million GB
     finally:
         hardware.set_memory_return(True)

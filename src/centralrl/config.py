@@ -813,6 +813,13 @@ class Config(Section):
         description="give freed heap memory back to the OS after each update and warm-start micro-batch (glibc "
         "malloc_trim): 0.3-1.1 GB less peak RSS for 0-25% more update time; the same results either way",
     )
+    return_memory_above_gb: float = Field(
+        2.3,
+        ge=0,
+        description="with return_memory, give it back only while the process's resident memory is above this many "
+        "GB (0: every time): below it the heap keeps freed memory for the next micro-batch, which then skips its page "
+        "faults; the same results either way",
+    )
 
     @field_validator("threads", mode="before")
     @classmethod

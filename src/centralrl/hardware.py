@@ -16,9 +16,12 @@ given. Running several torch processes at once on a small machine (tests, parall
 on a loaded 2-core machine two threads per process ran decode steps 10-30x slower in wall time than one.
 
 `return_free_memory()` hands the C heap's free pages back to the operating system (glibc's `malloc_trim`; a no-op
-elsewhere). Freed tensors below glibc's mmap threshold stay in the heap: without it, the train stage's peak RSS
-holds the freed generation copies and the update's activations together. `set_memory_return(enabled)` applies
-`return_memory` from params: off, it does nothing (faster, more memory; the same results either way).
+elsewhere) when the process's resident memory is above a ceiling. Freed tensors below glibc's mmap threshold stay
+in the heap: without it, the train stage's peak RSS holds the freed generation copies and the update's
+activations together. Returning them costs the next micro-batch its page faults (0-25% of an update's or warm
+start's time), so below the ceiling the heap keeps them for reuse. `set_memory_return(enabled, above_gb)` applies
+`return_memory` and `return_memory_above_gb` from params: off, it does nothing; a ceiling of 0 returns every
+time (faster or less memory; the same results either way).
 """
 
 from __future__ import annotations
@@ -125,19 +128,32 @@ def _malloc_trim():
 
 
 _return_memory = True  # `return_memory` from params (`set_memory_return`)
+_return_above_bytes = 0  # `return_memory_above_gb` from params
 
 
-def set_memory_return(enabled: bool) -> None:
-    """Apply `return_memory` from params: whether `return_free_memory` gives free heap pages back to the OS."""
-    global _return_memory
-    _return_memory = enabled
+def set_memory_return(enabled: bool, above_gb: float = 0.0) -> None:
+    """Apply `return_memory` and `return_memory_above_gb` from params: whether `return_free_memory` gives free heap
+    pages back to the OS, and above what resident memory."""
+    global _return_memory, _return_above_bytes
+    _return_memory, _return_above_bytes = enabled, int(above_gb * 1e9)
 
 
-def return_free_memory() -> bool:
-    """Return the heap's free pages to the OS (see the module docstring); False where the C library cannot or
-    `return_memory` is off."""
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux's /proc/self/statm), or None where it cannot be read."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def return_free_memory(always: bool = False) -> bool:
+    """Return the heap's free pages to the OS (see the module docstring) when the process's resident memory is above
+    `return_memory_above_gb` (or cannot be read), or `always`; False where the C library cannot, `return_memory`
+    is off, or the process is below the ceiling."""
     trim = _malloc_trim()
     if trim is None or not _return_memory:
+        return False
+    if not always and _return_above_bytes and (resident_bytes() or _return_above_bytes + 1) <= _return_above_bytes:
         return False
     trim(0)
     return True
