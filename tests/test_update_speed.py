@@ -5,13 +5,16 @@ nothing here is timed."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 from centralrl.config import Config, GrpoConfig, LoraConfig
 from centralrl.harness.engine import open_policy
-from centralrl.models.adapters import attach_adapters, role_adapters, set_activation_checkpointing
+from centralrl.models.adapters import attach_adapters, frozen_linears_in, role_adapters, set_activation_checkpointing
 from centralrl.models.backbone import load_backbone
+from centralrl.rl import trainer
 from centralrl.rl.grpo import grpo_loss, token_logprobs
 from centralrl.rl.trainer import Sample, _logprobs, _padded, loss_denominator, prefix_positions, update
 
@@ -226,3 +229,47 @@ def test_a_bf16_update_trains(peft):
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0] - 0.05, losses
     assert any(not torch.equal(b, p) for b, p in zip(before, lora))
+
+
+def test_frozen_weights_cast_once_give_autocasts_gradients_bit_for_bit(peft, monkeypatch):
+    """A bf16 update (and warm start) casts the frozen Linear weights once (`frozen_linears_in`) instead of letting
+    autocast cast them at every forward: the same loss sums and gradients to the bit, and the float32 weights are
+    back, unchanged, after it."""
+    model, tokenizer = peft
+    samples = make_samples(model, tokenizer, shift=0.1)
+    g = GrpoConfig(precision="bfloat16", micro_batch_size=2, kl_coef=0.05)
+    denominator = loss_denominator(samples, g.loss_normalization)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    runs = []
+    for once in (True, False):
+        if not once:  # what autocast did before: the float32 weights cast again by every forward
+            monkeypatch.setattr(trainer, "frozen_linears_in", lambda *_: contextlib.nullcontext(0))
+        model.zero_grad(set_to_none=True)
+        totals = update(model, samples, g, TEMPERATURE, tokenizer.pad_token_id, denominator)
+        runs.append((totals, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (cast_once, once_grads), (recast, recast_grads) = runs
+    assert cast_once == recast and once_grads.keys() == recast_grads.keys()
+    assert any(v.abs().max() > 0 for v in once_grads.values())
+    assert all(torch.equal(once_grads[n], recast_grads[n]) for n in once_grads)
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            assert p.dtype == torch.float32 and torch.equal(p, frozen[name]), name
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_frozen_weights_come_back_the_same_bytes(peft, spill):
+    """After the block the frozen weights are float32 again and equal to the originals bit for bit, whether they
+    waited in memory or in a temporary file (`spill`, the warm start's); inside it they are bf16 and a LoRA
+    forward and backward run."""
+    model, tokenizer = peft
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    decoder = model.get_base_model().base_model
+    with frozen_linears_in(decoder, torch.bfloat16, spill=spill) as cast:
+        assert cast == 2 * 7 and decoder.layers[0].self_attn.k_proj.weight.dtype == torch.bfloat16
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = decoder(input_ids=torch.tensor([[5, 6, 7]])).last_hidden_state
+        hidden.float().square().mean().backward()
+    assert any(p.grad is not None and p.grad.abs().max() > 0 for p in model.parameters() if p.requires_grad)
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            assert p.dtype == torch.float32 and torch.equal(p, frozen[name]), name
