@@ -18,6 +18,9 @@ turn on those samples, gradients zeroed before each run, no optimizer step:
   without `shared_prefix` (the two cannot be combined);
 - `new_heap_kept`: the new path with freed memory left in glibc's heap, as before the update and the warm start
   returned it to the OS after each micro-batch (`hardware.return_free_memory`): what that costs and saves;
+  `new_trim_always`: freed memory returned after every micro-batch, as before `return_memory_above_gb` let the heap
+  keep it below a ceiling; `new_recast` (warm start only): the frozen weights cast to bf16 by autocast at every
+  forward, as before `frozen_linears_in` cast them once;
 - `new_unshared`: the new path without `shared_prefix` (each micro-batch's common prefix run once, its KV
   expanded to the rows; on by default); `new_kl` with the old `kl_coef` 0.02 (a reference forward; 0 by default);
   `new_kl_unshared` both: the update of the committed results before they were regenerated with today's defaults;
@@ -88,7 +91,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def path_names(args: argparse.Namespace) -> list[str]:
     """Every path the update or the warm start section can run with these arguments."""
-    fixed = ["old", "new", "new_float32", "new_bfloat16", "new_checkpointed", "new_heap_kept", *VARIANTS]
+    fixed = ["old", "new", "new_float32", "new_bfloat16", "new_checkpointed", "new_heap_kept", "new_trim_always"]
+    fixed += [*VARIANTS, "new_recast"]
     return fixed + [f"new_mb{n}" for n in args.micro_batches] + [f"new_ft{n}" for n in args.forward_tokens]
 
 
@@ -104,6 +108,7 @@ import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -125,6 +130,7 @@ from centralrl.rl.trainer import (
     training_samples,
     update,
 )
+from centralrl.rl import warmstart
 from centralrl.rl.warmstart import build_traces, supervised_finetune
 from centralrl.schema import read_questions
 
@@ -161,15 +167,28 @@ def old_update(model, samples, g: GrpoConfig, temperature: float, pad: int, deno
     return {"tokens": tokens}
 
 
-def heap_kept(fn: Callable) -> Callable:
-    """`fn` with the update and the warm start leaving freed memory in the heap (`return_memory: false`)."""
+def memory_returned(fn: Callable, cfg: Config, enabled: bool, above_gb: float = 0.0) -> Callable:
+    """`fn` with `return_memory` and `return_memory_above_gb` set as given (params.yaml's put back after it):
+    `enabled` False leaves freed memory in the heap, as before the update and the warm start returned it;
+    `above_gb` 0 returns it after every micro-batch, as before the ceiling."""
 
     def run(*args):
-        set_memory_return(False)
+        set_memory_return(enabled, above_gb)
         try:
             return fn(*args)
         finally:
-            set_memory_return(True)
+            set_memory_return(cfg.return_memory, cfg.return_memory_above_gb)
+
+    return run
+
+
+def recasting(fn: Callable) -> Callable:
+    """`fn` with the warm start's frozen weights left in float32 for autocast to cast at every forward, as before
+    `frozen_linears_in` cast them once."""
+
+    def run(*args):
+        with mock.patch.object(warmstart, "frozen_linears_in", lambda *_, **__: contextlib.nullcontext(0)):
+            return fn(*args)
 
     return run
 
@@ -210,7 +229,7 @@ def reset_peak() -> None:
     """Return freed heap to the system and reset the RSS high-water mark, so the next ru_maxrss is the next
     run's own peak (Linux; elsewhere both steps are skipped and ru_maxrss is the process's peak so far)."""
     gc.collect()
-    return_free_memory()
+    return_free_memory(always=True)
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
 
@@ -310,7 +329,8 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
     settings |= {name: (update, g.model_copy(update=changes), True) for name, changes in VARIANTS.items()}
     unshared = g.model_copy(update={"shared_prefix": False})  # a checkpointed layer drops the shared prefix's KV
     settings["new_checkpointed"] = (checkpointed(update), unshared, True)
-    settings["new_heap_kept"] = (heap_kept(update), g, True)
+    settings["new_heap_kept"] = (memory_returned(update, cfg, False), g, True)
+    settings["new_trim_always"] = (memory_returned(update, cfg, True), g, True)
     settings = selected(settings, args.paths, "update")
 
     def path(fn, gc_):
@@ -351,6 +371,7 @@ def update_figures(cfg: Config, args, policy, samples: list[Sample]) -> dict:
                 "no_kl_speedup_core_seconds": ("new_kl", "new", "core_seconds"),
                 "shared_prefix_no_kl_speedup_core_seconds": ("new_kl_unshared", "new", "core_seconds"),
                 "update_speedup_core_seconds_kl_unshared": ("old", "new_kl_unshared", "core_seconds"),
+                "heap_ceiling_speedup_core_seconds": ("new_trim_always", "new", "core_seconds"),
             },
         ),
     }
@@ -388,7 +409,9 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
         return run
 
     paths = {name: path(wcfg) for name, wcfg in settings.items()}
-    paths["new_heap_kept"] = path(w, heap_kept(supervised_finetune))
+    paths["new_heap_kept"] = path(w, memory_returned(supervised_finetune, cfg, False))
+    paths["new_trim_always"] = path(w, memory_returned(supervised_finetune, cfg, True))
+    paths["new_recast"] = path(w, recasting(supervised_finetune))
     figures = interleaved(selected(paths, args.paths, "warm start"), args.rounds)
     tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in chosen)
     all_tokens = sum(len(t.prompt_ids) + len(t.target_ids) for t in traces)
@@ -408,6 +431,8 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
             {
                 "warmstart_speedup_core_seconds": ("old", "new", "core_seconds"),
                 "warmstart_speedup_wall": ("old", "new", "wall_seconds"),
+                "heap_ceiling_speedup_core_seconds": ("new_trim_always", "new", "core_seconds"),
+                "cast_once_speedup_core_seconds": ("new_recast", "new", "core_seconds"),
             },
         ),
     }
@@ -418,6 +443,7 @@ def main(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
+    set_memory_return(cfg.return_memory, cfg.return_memory_above_gb)
     fp32 = cfg.model_copy(update={"harness": cfg.harness.model_copy(update={"precision": "float32"})})
     retriever = open_retriever(cfg.retrieval, args.index)
     questions = read_questions(args.questions)
