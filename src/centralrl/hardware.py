@@ -153,7 +153,9 @@ def return_free_memory(always: bool = False) -> bool:
     trim = _malloc_trim()
     if trim is None or not _return_memory:
         return False
-    if not always and _return_above_bytes and (resident_bytes() or _return_above_bytes + 1) <= _return_above_bytes:
-        return False
+    if not always and _return_above_bytes:
+        resident = resident_bytes()
+        if resident is not None and resident <= _return_above_bytes:
+            return False
     trim(0)
     return True

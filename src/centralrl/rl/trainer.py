@@ -222,10 +222,10 @@ def update(
     micro-batches of at most `micro_batch_size` sequences and `forward_tokens` padded positions
     (`forward_batches`, which also says what prefix each runs once under `shared_prefix`); the forwards run in bf16
     autocast when `g.precision` resolves to bfloat16 on the model's device. After each micro-batch's backward its freed
-    activations go back to the OS (`hardware.return_free_memory`): the next micro-batch's have other shapes, glibc
-    could not fit them in the holes, and the heap grew (a joint step's update peaked at 3.5-3.8 GB RSS without,
-    measured). In bf16 the frozen weights are cast once for the whole update (`frozen_linears_in`), the same
-    values autocast would cast at every forward."""
+    activations go back to the OS when the process is above `return_memory_above_gb` (`hardware.return_free_memory`):
+    the next micro-batch's have other shapes, glibc could not fit them in the holes, and the heap grew (a joint step's
+    update peaked at 3.5-3.8 GB RSS without, measured). In bf16 the frozen weights are cast once for the whole
+    update (`frozen_linears_in`), the same values autocast would cast at every forward."""
     bf16 = compute_dtype(g.precision, next(model.parameters()).device) == torch.bfloat16
     with frozen_linears_in(model.get_base_model().base_model, torch.bfloat16) if bf16 else nullcontext():
         return _accumulate(model, samples, g, temperature, pad, denominator, measure_kl, bf16)
