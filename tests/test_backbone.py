@@ -163,6 +163,37 @@ def test_a_backbone_whose_weights_are_not_finite_is_named(tiny_backbone, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def _mapped_ranges(path: Path) -> list[tuple[int, int]]:
+    """The address ranges where this process maps `path` (/proc/self/maps)."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5 and Path(fields[5]) == path:
+            start, end = (int(address, 16) for address in fields[0].split("-"))
+            ranges.append((start, end))
+    return ranges
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+def test_own_memory_takes_the_weights_out_of_the_checkpoint_mapping(tiny_backbone, tmp_path):
+    """safetensors' CPU weights view the mapped file, which stays resident while any weight views it, whatever the
+    warm start spills (`frozen_linears_in`). After `own_memory` no weight lies in the mapping; the same values."""
+    folder = shutil.copytree(tiny_backbone, tmp_path / "mapped")
+    model, _ = load_backbone(folder)
+    weights_file = (folder / "model.safetensors").resolve()
+
+    def in_file(tensor: torch.Tensor) -> bool:
+        return any(start <= tensor.data_ptr() < end for start, end in _mapped_ranges(weights_file))
+
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    assert any(in_file(p) for p in model.parameters())  # the loader maps the file: what own_memory is for
+    backbone.own_memory(model)
+    assert not any(in_file(p) for p in model.parameters())
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight  # still tied
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
 def test_load_backbone_refuses_a_folder_that_is_not_a_backbone(tmp_path):
     folder = tmp_path / "not-a-model"
     folder.mkdir()

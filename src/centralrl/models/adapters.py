@@ -202,7 +202,8 @@ def frozen_linears_in(decoder: torch.nn.Module, dtype: torch.dtype, spill: bool 
     values (the same gradients, bit for bit: tested) and each forward skips reading and writing every weight.
     LoRA weights (an inactive adapter's too: `set_adapter` makes them trainable), norms and embeddings are left
     as they are. `spill`: the originals wait in a temporary file instead of memory (a long block, such as the warm
-    start, holds the bf16 copies alone: 424 MB less for SmolLM2) and are read back, the same bytes, at the end."""
+    start, holds the bf16 copies alone: 424 MB less for SmolLM2, where the process owns the originals' memory, not
+    a mapped checkpoint: `backbone.own_memory`) and are read back, the same bytes, at the end."""
     weights = [
         m.weight
         for name, m in decoder.named_modules()

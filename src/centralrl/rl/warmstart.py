@@ -64,7 +64,7 @@ from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, 
 from centralrl.io import atomic_directory
 from centralrl.metrics import normalize_answer
 from centralrl.models.adapters import SHARED, attach_adapters, frozen_linears_in, set_activation_checkpointing
-from centralrl.models.backbone import content_sha256
+from centralrl.models.backbone import content_sha256, own_memory
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
 from centralrl.rl.dev import split_dev
@@ -325,13 +325,16 @@ def supervised_finetune(
     (`grpo.micro_batches`, sorted by length), their gradients summed into the step's mean loss, so peak memory
     follows `forward_tokens`, not the longest traces; in bf16 autocast when `cfg.precision` resolves to it, the
     frozen weights then cast to bf16 once and their float32 originals held in a temporary file until the merge
-    (`frozen_linears_in`: the same bytes, less time and memory).
+    (`frozen_linears_in`: the same bytes, less time and memory), the model first copied out of its checkpoint's
+    file mapping (`own_memory`), so that those originals leave the resident set.
     `log` receives a progress line every 10 steps."""
     if not traces:
         raise DataError("warm start: no traces to train on")
     started = time.perf_counter()
     device = next(model.parameters()).device
     bf16 = compute_dtype(cfg.precision, device) == torch.bfloat16
+    if bf16:
+        own_memory(model)  # or the spilled originals stay resident as the mapped checkpoint's pages
     losses: list[float] = []
     trained_tokens = 0
     with torch.random.fork_rng(devices=[]):
