@@ -42,6 +42,12 @@ def test_a_missing_params_file_is_one_line_not_a_failed_child(tmp_path):
     assert "round" not in done.stdout  # refused before the first variant ran
 
 
+def test_a_missing_stage_input_is_one_line_before_any_stage_runs(tmp_path):
+    done = bench("warmstart_stage", "--model", str(tmp_path / "nosuch"), "--out", str(tmp_path / "w.json"))
+    one_line_error(done, "warmstart_stage", "nosuch: not found", "dvc repro")
+    assert "round" not in done.stdout and not (tmp_path / "w.json").exists()
+
+
 @pytest.mark.parametrize(
     "script, args, argument",
     [
