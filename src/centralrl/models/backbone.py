@@ -2,7 +2,8 @@
 
 `prepare_backbone(cfg, out_dir)` writes a causal LM and its tokenizer with `save_pretrained` (safetensors,
 in `cfg.dtype`) into `out_dir`, atomically, and returns metrics; `load_backbone(model_dir)` loads it back in
-eval mode with a left-padding tokenizer that has a pad token. Three sources (`cfg.source`):
+eval mode with a left-padding tokenizer that has a pad token (its CPU weights views of the mapped safetensors file
+until `own_memory(model)` copies them). Three sources (`cfg.source`):
 
 - `hf`: `from_pretrained(cfg.name_or_path, revision=cfg.revision)`, a Hugging Face id (Qwen/Qwen2.5-1.5B-Instruct,
   Qwen/Qwen2.5-3B-Instruct, as in the papers) or a local directory. Weights (cast to cfg.dtype) and tokenizer are
