@@ -42,6 +42,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/rollout.py --old-vs-new --questions data/train.jsonl --steps 6 --out benchmarks/results/rollout_speed.json
 	$(BIN)/python benchmarks/update.py --model models/main/backbone --index index --questions data/train.jsonl --out benchmarks/results/update.json
 	$(BIN)/python benchmarks/stage_startup.py --out benchmarks/results/stage_startup.json
+	$(BIN)/python benchmarks/warmstart_stage.py --out benchmarks/results/warmstart_stage.json
 	$(BIN)/python benchmarks/precision.py --out benchmarks/results/precision.json
 	$(BIN)/python benchmarks/headroom.py --model models/main/start --index index --train data/train.jsonl --out benchmarks/results/headroom.json
 
