@@ -52,10 +52,11 @@ def run_variant(name: str, argv: list[str]) -> dict:
         process = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=stderr)
         _, status, usage = os.wait4(process.pid, 0)  # this child's rusage, not the largest child's so far
         wall = time.perf_counter() - started
-        if os.waitstatus_to_exitcode(status):
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so Popen must be told
+        if process.returncode:
             stderr.seek(0)
             last = (stderr.read().strip().splitlines() or ["(no stderr)"])[-1]
-            raise CentralRLError(f"variant {name} exited with status {os.waitstatus_to_exitcode(status)}: {last}")
+            raise CentralRLError(f"variant {name} exited with status {process.returncode}: {last}")
     return {
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
