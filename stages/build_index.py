@@ -7,6 +7,7 @@ are scored on the same questions in --metrics.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from stages.cli import InputPath, run_stage, stage_parser
 
@@ -19,7 +20,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_output("--index", "index directory", folder=True)
     parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    named: dict[str, str] = {}
+    for path in args.questions:  # recall is reported per file name: two files of one name would be one entry
+        other = named.setdefault(Path(path).stem, path)
+        if other != path:
+            parser.error(f"--questions {other} and {path} share the name {Path(path).stem!r}: rename one")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

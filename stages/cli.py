@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from centralrl.errors import USER_OS_ERRORS, CentralRLError
-from centralrl.io import clean_stale_temporaries, output_in_the_way
+from centralrl.errors import USER_OS_ERRORS, CentralRLError, ConfigError
+from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
@@ -64,9 +64,10 @@ class InputPath(str):
 
 def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[InputPath]] | None = None) -> str | None:
     """Why these outputs (flag -> path) could not all be written, or None: two flags naming one path, one inside
-    another's folder (which is replaced whole), one that is, holds or lies inside an input (flag -> paths), or
-    something in the way (`io.output_in_the_way`). Checked before the stage's work, so it never fails at its last
-    write with the others already written, nor overwrites what it reads.
+    another's folder (which is replaced whole), one that is, holds or lies inside an input (flag -> paths),
+    something in the way (`io.output_in_the_way`), or a folder that takes no new file (`io.folder_refuses_files`).
+    Checked before the stage's work, so it never fails at its last write with the others already written, nor
+    overwrites what it reads.
 
     >>> outputs_problem({"--train": OutputFile("d/q.jsonl"), "--test": OutputFile("d/./q.jsonl")})
     '--train and --test both name d/q.jsonl: each output needs its own path'
@@ -91,6 +92,8 @@ def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[Input
                 return f"{overlap}: the stage would write over what it reads"
     for flag, path in outputs.items():
         problem = output_in_the_way(Path(path), path.folder)
+        if problem is None and (refused := folder_refuses_files(Path(path))) is not None:
+            problem = f"{path}: cannot be written: {refused}"
         if problem is not None:
             return f"{flag}: {problem}"
     return None
@@ -115,6 +118,14 @@ class StageParser(argparse.ArgumentParser):
         if problem is not None:
             self.error(problem)
         return parsed
+
+
+def check_cell(cfg, params: str, backbone: str, seed: int | None = None) -> None:
+    """Refuse a cell outside the matrix (`backbones`, `seeds` in params): no compare stage would ever read it."""
+    if backbone not in cfg.backbones:
+        raise ConfigError(f"--backbone {backbone} is not one of backbones {cfg.backbones} in {params}")
+    if seed is not None and seed not in cfg.seeds:
+        raise ConfigError(f"--seed {seed} is not one of seeds {cfg.seeds} in {params}")
 
 
 def stage_parser(doc: str) -> StageParser:

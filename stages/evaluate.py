@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import InputPath, OutputFile, run_stage, stage_parser
+from stages.cli import InputPath, OutputFile, check_cell, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +49,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
 
+    from centralrl.config import load_config
     from flows.evaluation import evaluation_flow
+
+    check_cell(load_config(args.params), args.params, args.backbone, args.seed)
 
     results = evaluation_flow(
         args.params,

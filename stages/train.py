@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stages.cli import InputPath, run_stage, stage_parser
+from stages.cli import InputPath, OutputFolder, check_cell, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,9 +25,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)")
     parser.add_output("--history", "per-step metrics (JSONL)")
     parser.add_output("--metrics", "summary of the run (JSON)")
-    parser.add_argument("--state", required=True, help="resume cache (not a DVC output): training states, budget cuts")
+    parser.add_argument(  # caches, not DVC outputs, but checked as outputs: outside every input and output
+        "--state", type=OutputFolder, required=True, help="resume cache (not a DVC output): states, budget cuts"
+    )
     parser.add_argument(
         "--start-scores",
+        type=OutputFolder,
         help="cache folder shared by the backbone's cells (not a DVC output): the start's dev scores, scored by "
         "the first cell that needs them (without it, every cell scores the start)",
     )
@@ -39,11 +42,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from centralrl.config import load_config
     from centralrl.distributed import World, launch, needs_launch
-    from centralrl.errors import ConfigError
 
     cfg = load_config(args.params)
-    if args.seed not in cfg.seeds:  # a cell outside the matrix: no compare stage would ever read it
-        raise ConfigError(f"--seed {args.seed} is not one of seeds {cfg.seeds} in {args.params}")
+    check_cell(cfg, args.params, args.backbone, args.seed)
     if needs_launch(cfg.train.processes):
         sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
     from centralrl.rl.run import train_cell

@@ -19,7 +19,8 @@ from conftest import REPO, write_params
 from stages import compare
 
 QUESTIONS = [
-    {"id": f"q{i}", "benchmark": bench, "em": i % 2, "f1": i % 2, "acc": i % 2}
+    {"id": f"q{i}", "benchmark": bench, "em": i % 2, "f1": i % 2, "acc": i % 2, "question": "Who wrote it?"}
+    | {"golden_answers": ["Ann"], "prediction": "Ann" if i % 2 else "Bo", "notes": [], "retrieved": [[]]}
     for i, bench in enumerate(["nq", "nq", "popqa", "popqa"])
 ]
 COUNTS = {"questions": 2, "with_supporting_passages": 2, "with_decomposition": 0}

@@ -198,6 +198,23 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url):
             + ["--out", "ev", "--metrics", "m.json", "--seed", "5", "--budgets", "b.json"],
             "--seed, --budgets: only with --arm",
         ),
+        (  # recall is keyed by file name: the second file's figures replaced the first's, exit 0
+            "build_index",
+            ["--corpus", "c.jsonl", "--questions", "q.jsonl", "more/q.jsonl", "--index", "i", "--metrics", "r.json"],
+            "--questions q.jsonl and more/q.jsonl share the name 'q': rename one",
+        ),
+        (  # the adapters folder is replaced whole at the end: the resume state inside it went with it
+            "train",
+            ["--arm", "joint", "--seed", "0", "--backbone", "main", "--model", "m", "--index", "i", "--train", "t"]
+            + ["--adapters", "ad", "--budgets", "b.json", "--history", "h.jsonl", "--metrics", "m.json"]
+            + ["--state", "ad/state"],
+            "--state ad/state is inside --adapters's folder ad, which the stage replaces whole",
+        ),
+        (  # found at the stage's last write, with its other outputs already replaced
+            "prepare_data",
+            ["--train", "t.jsonl", "--test", "e.jsonl", "--corpus", "c.jsonl", "--metrics", "/proc/centralrl.json"],
+            "--metrics: /proc/centralrl.json: cannot be written: /proc takes no new file",
+        ),
     ],
 )
 def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_starts(tmp_path, stage, arguments, named):
@@ -291,12 +308,14 @@ def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_
         ({"acc": "zero"}, "'acc' must be a score from 0 to 1, got 'zero'"),
         ({"em": 7.0}, "'em' must be a score from 0 to 1, got 7.0"),
         ({"benchmark": 3}, "'benchmark' must be a string, got 3"),
+        ({"golden_answers": "Ann"}, "'golden_answers' should be a list of strings, got 'Ann'"),  # the lost table's
     ],
 )
 def test_a_record_the_statistics_cannot_read_is_named(change, named):
     from centralrl.compare import checked_record
 
-    record = {"id": "q1", "benchmark": "toy", "em": 0.0, "f1": 0.5, "acc": 1}
+    record = {"id": "q1", "benchmark": "toy", "em": 0.0, "f1": 0.5, "acc": 1, "question": "Who?", "prediction": "Bo"}
+    record |= {"golden_answers": ["Ann"], "notes": ["Bo wrote it."], "retrieved": [["p1"]]}
     assert checked_record(record, "r.jsonl:1") == record
     with pytest.raises(DataError, match=re.escape(f"r.jsonl:4: field {named}")):
         checked_record({k: v for k, v in (record | change).items() if v is not None}, "r.jsonl:4")
@@ -401,14 +420,32 @@ def test_a_pattern_with_an_unknown_placeholder_is_a_usage_error(capsys):
     assert "--history: 'train/{backbone}/{arm}/{sede}/h.jsonl': unknown placeholder {sede}" in capsys.readouterr().err
 
 
-def test_a_training_seed_outside_the_matrix_is_refused(tmp_path):
-    from stages import train
+CELL_PATHS = {
+    "train": ("model", "index", "train", "adapters", "budgets", "state", "history", "metrics"),
+    "evaluate": ("model", "index", "questions", "adapters", "budgets", "out", "metrics", "movement"),
+}
 
-    params = write_params(tmp_path)  # seeds [0, 1, 2]
-    paths = [f"--{name}={tmp_path / name}" for name in ("model", "index", "train", "adapters", "budgets", "state")]
-    paths += [f"--{name}={tmp_path / name}" for name in ("history", "metrics")]
-    with pytest.raises(ConfigError, match=r"--seed 7 is not one of seeds \[0, 1, 2\]"):
-        train.main(["--params", str(params), "--arm", "joint", "--seed", "7", "--backbone", "main", *paths])
+
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
+@pytest.mark.parametrize(
+    ("seed", "backbone", "named"),
+    [
+        (7, "main", r"--seed 7 is not one of seeds \[0, 1, 2\]"),
+        (0, "large", r"--backbone large is not one of backbones"),
+    ],
+)
+def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, named):
+    """A seed or backbone that params define but the matrix does not run: no compare stage would read the cell."""
+    import importlib
+
+    params = write_params(
+        tmp_path, {"models": {"large": {"source": "tiny_qwen2"}}}
+    )  # seeds [0, 1, 2], backbones [main]
+    paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
+    with pytest.raises(ConfigError, match=named):
+        importlib.import_module(f"stages.{stage}").main(
+            ["--params", str(params), "--arm", "joint", "--seed", str(seed), "--backbone", backbone, *paths]
+        )
 
 
 def test_a_file_given_as_the_state_folder_is_refused_before_any_step(tmp_path):

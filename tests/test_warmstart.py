@@ -10,7 +10,7 @@ import torch
 
 from centralrl.compute import PhaseClock
 from centralrl.config import LoraConfig, RoleTokens, WarmstartConfig, load_config
-from centralrl.errors import DataError
+from centralrl.errors import BackboneError, ConfigError, DataError
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.episodes import RunSettings, run_central
 from centralrl.io import write_jsonl
@@ -310,3 +310,14 @@ def test_disabled_warm_start_copies_the_backbone_byte_for_byte(stage_inputs, tin
     names = sorted(p.name for p in tiny_backbone.iterdir())
     assert names and names == sorted(p.name for p in (folder / "copy").iterdir())
     assert all((tiny_backbone / n).read_bytes() == (folder / "copy" / n).read_bytes() for n in names)
+    not_a_backbone = folder / "questions-only"
+    not_a_backbone.mkdir()
+    (not_a_backbone / "test.jsonl").write_text("{}\n")
+    refused = (
+        ("nosuch", tiny_backbone, "models has no 'nosuch'"),
+        ("main", not_a_backbone, "not a prepared backbone"),
+    )
+    for backbone, model, named in refused:
+        with pytest.raises((ConfigError, BackboneError), match=named):
+            warmstart(cfg, backbone, model, folder / "no-index-needed", folder / "missing.jsonl", folder / "bad")
+        assert not (folder / "bad").exists()  # was: a copy of whatever folder --model named, and exit 0

@@ -61,9 +61,9 @@ def _shaped(value: object, shape: str) -> bool:
     return isinstance(value, list) and all(_shaped(item, inner) for item in value)
 
 
-def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record") -> str | None:
-    """The last place a golden answer was seen in this wrong episode (one of `PLACES`); None when it is right.
-    `shown` maps a passage id to the text a role saw of it."""
+def check_record(record: Mapping, where: str = "record") -> None:
+    """Raise a DataError naming `where` unless `record` holds every field of `FIELDS` in its shape, with golden
+    answers that are not empty once normalized."""
     absent = [field for field in FIELDS if field not in record]
     if absent:
         raise DataError(f"{where}: not an evaluation record (no {', '.join(absent)})")
@@ -76,6 +76,13 @@ def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record")
         raise DataError(  # no answer: every episode wrong; an empty one: every prediction contains it
             f"{where}: golden_answers {golden!r} must hold answers that are not empty once normalized"
         )
+
+
+def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record") -> str | None:
+    """The last place a golden answer was seen in this wrong episode (one of `PLACES`); None when it is right.
+    `shown` maps a passage id to the text a role saw of it."""
+    check_record(record, where)
+    golden = record["golden_answers"]
     if acc(record["prediction"], golden):
         return None
     if any(normalize_answer(answer) in SPECIAL_ANSWERS for answer in golden):

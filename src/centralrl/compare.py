@@ -27,7 +27,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from centralrl.attribution import attribution_table
+from centralrl.attribution import attribution_table, check_record
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, CompareConfig, Config
 from centralrl.errors import DataError
 from centralrl.stats import (
@@ -52,7 +52,8 @@ PUBLISHED = {"f1": {"central_only": 47.79, "joint": 45.36}, "acc": {"central_onl
 
 def checked_record(row: dict, where: str) -> dict:
     """An evaluation record holding what the statistics read: a string id and benchmark, and each metric a
-    score from 0 to 1; anything else is a DataError naming the file, line and field."""
+    score from 0 to 1; and what the lost-answers table reads (`attribution.check_record`); anything else is a
+    DataError naming the file, line and field."""
     for key in ("id", "benchmark"):
         if not isinstance(row.get(key), str):
             raise DataError(f"{where}: field {key!r} must be a string, got {row.get(key)!r}")
@@ -60,6 +61,7 @@ def checked_record(row: dict, where: str) -> dict:
         value = row.get(metric)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise DataError(f"{where}: field {metric!r} must be a score from 0 to 1, got {value!r}")
+    check_record(row, where)
     return row
 
 
@@ -68,7 +70,8 @@ def record_checker() -> Callable[[dict, str], dict]:
     twice, naming it and both lines (a pair needs each question once).
 
     >>> check = record_checker()
-    >>> row = {"id": "q1", "benchmark": "nq", "em": 0, "f1": 0, "acc": 0}
+    >>> row = {"id": "q1", "benchmark": "nq", "em": 0, "f1": 0, "acc": 0, "question": "Who?", "prediction": "Bo"}
+    >>> row |= {"golden_answers": ["Ann"], "notes": [], "retrieved": []}
     >>> check(row, "r.jsonl:1") == row
     True
     >>> check(row, "r.jsonl:3")

@@ -90,6 +90,20 @@ def output_in_the_way(target: Path, folder: bool) -> str | None:
     return None
 
 
+def folder_refuses_files(target: Path) -> str | None:
+    """Why the nearest existing folder above `target`, where its temporary (and any missing folders) would be
+    made, takes no new file, found by making and deleting one (a read-only mount, no permission, /proc); else
+    None."""
+    folder = next((path for path in target.parents if path.exists()), None)
+    if folder is None:
+        return None
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as error:
+        return f"{folder} takes no new file ({os.strerror(error.errno) if error.errno else error})"
+
+
 def _prepare(target: Path, folder: bool) -> None:
     """Make `target`'s folder, after refusing what stands in the way (`output_in_the_way`), before any temporary
     is made."""

@@ -91,6 +91,16 @@ def prepare_backbone(cfg: ModelConfig, out_dir: Path) -> dict:
     }
 
 
+def require_prepared(model_dir: Path) -> None:
+    """Raise `BackboneError` unless `model_dir` holds a prepared backbone's files (the prepare_model stage's)."""
+    missing = _missing_backbone_files(model_dir)
+    if missing:
+        raise BackboneError(
+            f"{model_dir}: not a prepared backbone (missing {missing}); build it with the prepare_model stage"
+            " (python -m stages.prepare_model --out DIR)"
+        )
+
+
 def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a prepared backbone directory: model in eval mode, tokenizer padding on the left with a pad token."""
     from huggingface_hub.errors import StrictDataclassError  # a config.json field of the wrong type
@@ -98,12 +108,7 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = Path(model_dir)
-    missing = _missing_backbone_files(model_dir)
-    if missing:
-        raise BackboneError(
-            f"{model_dir}: not a prepared backbone (missing {missing}); build it with the prepare_model stage"
-            " (python -m stages.prepare_model --out DIR)"
-        )
+    require_prepared(model_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype(dtype), local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

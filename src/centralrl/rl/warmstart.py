@@ -64,7 +64,7 @@ from centralrl.harness.protocol import MAX_SUBQUESTION_CHARS, PREFILL, as_data, 
 from centralrl.io import atomic_directory
 from centralrl.metrics import normalize_answer
 from centralrl.models.adapters import SHARED, attach_adapters, frozen_linears_in, set_activation_checkpointing
-from centralrl.models.backbone import content_sha256, own_memory
+from centralrl.models.backbone import content_sha256, own_memory, require_prepared
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
 from centralrl.rl.dev import split_dev
@@ -438,7 +438,9 @@ def warmstart(
 ) -> dict:
     """The `warmstart` stage: the starting checkpoint in `out_dir` (a backbone folder), and its metrics."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if not cfg.warmstart.enabled:
+    if not cfg.warmstart.enabled:  # a copy, of a backbone the stage would have trained
+        cfg.backbone(backbone)
+        require_prepared(model_dir)
         with atomic_directory(out_dir) as tmp:
             shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
             content = content_sha256(tmp)
