@@ -15,6 +15,7 @@ from pathlib import Path
 
 from centralrl.config import load_config
 from centralrl.data.prepare import collect, counts
+from centralrl.errors import ConfigError
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
 from stages.cli import run_stage, stage_parser
@@ -35,8 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     missing = [check.line() for check in preflight(cfg, Path(args.params).resolve().parent) if not check.ok]
     if missing:
-        raise SystemExit(
-            f"prepare_data: this machine lacks what profile {cfg.profile!r} needs "
+        raise ConfigError(
+            f"this machine lacks what profile {cfg.profile!r} needs "
             f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing)
         )
     dataset = collect(cfg.data)

@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from centralrl.attribution import PLACES
-from centralrl.errors import DataError
+from centralrl.errors import ConfigError, DataError
 from stages import build_index, prepare_data
 
 from conftest import REPO, session_prefect_env, write_params
@@ -245,7 +245,7 @@ def test_prepare_data_stops_first_naming_what_the_profile_needs(tmp_path, monkey
         tmp_path, {"retrieval": {"elasticsearch": {"url": "http://127.0.0.1:9"}}}, profile="paper-3b"
     )
     with pytest.raises(
-        SystemExit, match=r"lacks what profile 'paper-3b' needs(.|\n)*missing +hugging face hub(.|\n)*elasticsearch"
+        ConfigError, match=r"lacks what profile 'paper-3b' needs(.|\n)*missing +hugging face hub(.|\n)*elasticsearch"
     ):
         _prepare(params, tmp_path / "out")
     assert not (tmp_path / "out").exists()
