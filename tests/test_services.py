@@ -90,6 +90,14 @@ def test_an_empty_selection_is_refused_not_read_as_everything(empty):
         dvc_runs.dvc_command(PARAMS, "default", chosen["arms"], chosen["seeds"], chosen["targets"], True)
 
 
+@pytest.mark.parametrize(("name", "twice"), [("arms", ["joint", "joint"]), ("seeds", [1, 0, 1])])
+def test_a_selection_naming_something_twice_is_refused_before_dvc_writes_params(name, twice):
+    """`--seeds 1 1` ran `dvc exp run -S seeds=[1,1]`: DVC wrote it into params.yaml, and a stage refused it later."""
+    chosen = {"arms": ["joint"], "seeds": [0], "targets": ["evaluate"]} | {name: twice}
+    with pytest.raises(ConfigError, match=f"{name}: {twice[0]} given twice; name each once"):
+        dvc_runs.dvc_command(PARAMS, "default", chosen["arms"], chosen["seeds"], chosen["targets"], True)
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
@@ -172,11 +180,21 @@ def test_a_taken_port_is_named_before_anything_starts(capsys, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []  # no empty log folder left behind
 
 
-def test_a_server_that_dies_during_start_up_is_named_with_its_log(tmp_path):
-    command = [sys.executable, "-c", "print('listening... no: bad config'); raise SystemExit(3)"]
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("print('listening... no: bad config'); raise SystemExit(3)", "(code 3): listening... no: bad config"),
+        # a store that is not a database: MLflow's 20-line traceback was the message; now its last line
+        ("print('starting'); raise ValueError('file is not a database')", "(code 1): ValueError: file is not a"),
+    ],
+)
+def test_a_server_that_dies_during_start_up_is_named_with_its_last_words(tmp_path, code, said):
+    command = [sys.executable, "-c", code]
     service = services._spawn("MLflow", command, dict(os.environ), "http://127.0.0.1:9", "/health", tmp_path)
-    with pytest.raises(services.ServiceError, match=r"(?s)MLflow exited during start-up \(code 3\).*bad config"):
+    with pytest.raises(services.ServiceError) as failed:
         services.wait_healthy(service, timeout=30)
+    assert str(failed.value).startswith(f"MLflow exited during start-up {said}")
+    assert "Traceback" not in str(failed.value) and f"(its log: {service.log})" in str(failed.value)
 
 
 # ---- the UI command, for real ------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ server (the runs of every arm side by side), both on 127.0.0.1.
 file), waits until both answer over HTTP (Prefect: GET /api/health, MLflow: GET /health), prints their
 addresses and what to export so the pipeline reports to them, then waits. Ctrl-C or SIGTERM stops both: SIGTERM
 to each process group, a grace period, then SIGKILL. A taken port, a server that exits during start-up or one
-that does not answer in time is an error naming the server and showing the last lines of its log; a server that
-dies later stops the other and exits non-zero.
+that does not answer in time is an error naming the server (what it said last as it exited, or the last lines of its
+log when it does not answer); a server that dies later stops the other and exits non-zero.
 
 The MLflow store defaults to `sqlite:///mlflow.db` (relative to the working directory, so run it from the repo
 root): the URI the pipeline's `tracking.uri` uses, so the UI shows every run logged so far, and the pipeline can
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,6 +45,7 @@ from centralrl.processes import tied_to_this_process
 from centralrl.redact import redact
 
 HOST = "127.0.0.1"
+EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Exit)\b.*")  # a traceback's last line: `ValueError: ...`
 
 
 class ServiceError(CentralRLError, RuntimeError):
@@ -67,6 +69,18 @@ class Service:
         except OSError:
             return "(no log)"
         return redact("\n".join(text.splitlines()[-lines:])) or "(empty log)"
+
+    def last_words(self) -> str:
+        """What the server said as it exited: its log's last exception line (`module.SomeError: why`, the
+        end of a traceback), else its last line; the whole log stays in its file."""
+        said = [line.strip() for line in self.tail(200).splitlines() if line.strip()]
+        raised = [line for line in said if EXCEPTION_LINE.match(line)]
+        return (raised or said or ["(empty log)"])[-1]
+
+    def exited(self, when: str) -> ServiceError:
+        """The error of a server that exited `when`: its code and last words, and where its log is."""
+        code = self.process.returncode
+        return ServiceError(f"{self.name} exited {when} (code {code}): {self.last_words()} (its log: {self.log})")
 
 
 def executable(name: str) -> str:
@@ -251,10 +265,7 @@ def wait_healthy(service: Service, timeout: float = 90.0, interval: float = 0.5)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.process.poll() is not None:
-            raise ServiceError(
-                f"{service.name} exited during start-up (code {service.process.returncode}); "
-                f"last lines of {service.log}:\n{service.tail()}"
-            )
+            raise service.exited("during start-up")
         if answers(service.health_url):
             return
         time.sleep(interval)
@@ -329,10 +340,7 @@ def ui(
         while True:
             for service in started:
                 if service.process.poll() is not None:
-                    raise ServiceError(
-                        f"{service.name} stopped unexpectedly (code {service.process.returncode}); "
-                        f"last lines of {service.log}:\n{service.tail()}"
-                    )
+                    raise service.exited("unexpectedly")
             time.sleep(1.0)
     except (KeyboardInterrupt, _Shutdown):
         print("stopping the servers ...", flush=True)
