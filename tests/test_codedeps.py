@@ -150,6 +150,12 @@ def test_check_refuses_a_file_dvc_would_not_read_as_a_pipeline(tmp_path):
     ("dvc_yaml", "lock", "message"),
     [
         ("stages:\n  a: [\n", "stages: {}\n", "DVC cannot read the pipeline: unable to read: "),
+        ("stages:\n  a: [\n", "stages: {}\n", "but found '<stream end>' in \"<unicode string>\", line 3"),  # where
+        (  # DVC's message said "validation failed: 2 errors" and no more
+            "stages:\n  a:\n    cmd: 5\n    deps: 3\n",
+            "stages: {}\n",
+            "2 errors; expected str for dictionary value @ data['stages']['a']['cmd']; expected a list",
+        ),
         ("stages:\n  a:\n    cmd: echo ${x}\n", "schema: '2.0'\nstages: {}\n", "failed to parse 'stages.a.cmd'"),
         ("stages:\n  a:\n    cmd: echo\n", None, "dvc.lock: no such file (nothing to refresh: run dvc repro)"),
         ("stages:\n  a:\n    cmd: echo\n", "schema: '2.0'\n", "dvc.lock: not a DVC lock file (no stages mapping)"),

@@ -203,8 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     except CentralRLError as error:
         print(f"error: {error}", file=sys.stderr)
     except DvcException as error:  # a malformed dvc.yaml or dvc.lock, or no DVC project: DVC says which and why
-        print(f"error: {dvc_yaml}: DVC cannot read the pipeline: {' '.join(str(error).split())}", file=sys.stderr)
+        print(f"error: {dvc_yaml}: DVC cannot read the pipeline: {dvc_reason(error)}", file=sys.stderr)
     return 1
+
+
+def dvc_reason(error: Exception) -> str:
+    """DVC's message on one line, with what its cause says (which field, which line): DVC's own message names only
+    the file and how many errors it found in it."""
+    cause = error.__cause__
+    details = [str(item) for item in getattr(cause, "errors", [cause])] if cause is not None else []
+    return "; ".join(" ".join(text.split()) for text in [str(error), *details] if text.strip())
 
 
 def _print_gaps(gaps: dict[str, list[str]]) -> int:
