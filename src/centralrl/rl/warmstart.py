@@ -438,7 +438,7 @@ def warmstart(
 ) -> dict:
     """The `warmstart` stage: the starting checkpoint in `out_dir` (a backbone folder), and its metrics."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if not cfg.warmstart.enabled:  # a copy, of a backbone the stage would have trained
+    if not cfg.warmstart.enabled:  # a copy, but of a backbone params define and prepare_model made
         cfg.backbone(backbone)
         require_prepared(model_dir)
         with atomic_directory(out_dir) as tmp:
