@@ -124,7 +124,7 @@ def dvc_command(
     for name, chosen in (("arms", arms), ("seeds", seeds), ("targets", targets)):
         if chosen is not None and not chosen:
             raise ConfigError(f"{name}: an empty list selects nothing; name at least one, or leave {name} out for all")
-        twice = sorted({str(item) for item in chosen or () if list(chosen).count(item) > 1})
+        twice = sorted(str(item) for item, count in collections.Counter(chosen or ()).items() if count > 1)
         if twice:  # params would refuse them, but only after `dvc exp run` had written them into params.yaml
             raise ConfigError(f"{name}: {', '.join(twice)} given twice; name each once")
     options = overrides(params, profile, seeds)
