@@ -148,6 +148,8 @@ def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
         check_reachable(f"http://127.0.0.1:{server.server_port}", timeout=2)
     with pytest.raises(TrackingError, match="http://127.0.0.1:99999: no MLflow server answers"):
         check_reachable("http://127.0.0.1:99999")
+    with pytest.raises(TrackingError, match=r"u:\*\*\*@db/m: its driver module 'psycopg2' is not installed"):
+        check_reachable("postgresql+psycopg2://u:pw@db/m")  # was: MLflow's traceback after the stage's work
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:{port}/api", "notaurl"])

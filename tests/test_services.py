@@ -488,6 +488,12 @@ def test_a_port_out_of_range_is_a_usage_error(port, capsys):
         (["--log-dir", "{file}/logs"], "argument --log-dir: {file}/logs: {file} exists and is not a folder"),
         (["--prefect-home", "{file}"], "argument --prefect-home: {file}: {file} exists and is not a folder"),
         (["--mlflow-store", "http://u:pw@127.0.0.1:9"], "http://u:***@127.0.0.1:9: not a database URI"),  # MLflow's
+        (  # was: MLflow's traceback as the server exited
+            ["--mlflow-store", "postgresql+psycopg2://u:pw@db/mlflow"],
+            "postgresql+psycopg2://u:***@db/mlflow: its driver module 'psycopg2' is not installed (pip install "
+            "'psycopg2-binary')",
+        ),
+        (["--mlflow-store", "mysql+nodriver://db/m"], "driver 'nodriver' of mysql is not one SQLAlchemy knows"),
         (
             ["--timeout", "-1"],
             "argument --timeout: '-1' is not a number of seconds above 0",

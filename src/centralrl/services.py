@@ -375,11 +375,46 @@ def unanswered(url: str, timeout: float = 5.0) -> str | None:
     return None
 
 
+DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
+
+
+def missing_driver(uri: str) -> str | None:
+    """Why SQLAlchemy cannot open database `uri` on this machine (an unknown driver, or its module not
+    installed), or None when it can: found before a server or a stage starts, not in MLflow's traceback.
+
+    >>> missing_driver("sqlite:///mlflow.db") is None
+    True
+    >>> missing_driver("postgresql+nodriver://h/db")
+    "driver 'nodriver' of postgresql is not one SQLAlchemy knows"
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(uri)
+        url.get_dialect().import_dbapi()
+    except NoSuchModuleError:  # an ArgumentError too
+        return f"driver {url.get_driver_name()!r} of {url.get_backend_name()} is not one SQLAlchemy knows"
+    except ArgumentError as error:
+        return str(error)
+    except ImportError as error:
+        package = DRIVER_PACKAGES.get(error.name or "", error.name)
+        return f"its driver module {error.name!r} is not installed (pip install '{package}')"
+    return None
+
+
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
     """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
-    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes).
-    A sqlite or file store is not checked."""
-    if urllib.parse.urlsplit(uri).scheme not in ("http", "https"):
+    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes),
+    or a database whose driver this machine lacks (`missing_driver`). A file store is not checked."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
+    if scheme in DATABASES:
+        problem = missing_driver(uri)
+        if problem is not None:
+            raise TrackingError(f"tracking.uri {redact(uri)}: {problem}")
+        return
+    if scheme not in ("http", "https"):
         return
     reason = unanswered(uri, timeout)
     if reason is not None:
@@ -415,10 +450,13 @@ def store_uri(text: str) -> str:
     """An MLflow backend store URI `mlflow server` can serve: a database URL (MLflow 3 refuses a file store, and
     an http URI names a server, not a store)."""
     scheme = text.partition("://")[0].split("+")[0]
-    if "://" not in text or scheme not in ("sqlite", "postgresql", "mysql", "mssql"):
+    if "://" not in text or scheme not in DATABASES:
         raise argparse.ArgumentTypeError(
             f"{redact(text)}: not a database URI (sqlite:///mlflow.db, postgresql://..., mysql://..., mssql://...)"
         )
+    problem = missing_driver(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{redact(text)}: {problem}")
     return text
 
 
