@@ -69,7 +69,7 @@ def test_unknown_profile_lists_the_known_ones(tmp_path):
         load_config(params)
 
 
-@pytest.mark.parametrize("profile", ["../params", "/etc/x", "a b"])
+@pytest.mark.parametrize("profile", ["../params", "/etc/x", "a b", True])  # True: YAML's `profile: yes`
 def test_a_profile_that_is_no_file_name_of_profiles_is_refused(tmp_path, profile):
     """'../params' read params.yaml itself as the overlay, refused only by accident of its keys."""
     params = write_params(tmp_path)
@@ -132,6 +132,24 @@ def test_claim_must_name_two_arms(tmp_path):
             {"data": {"questions": [{"kind": "synthetic", "limit": 10**20}]}},
             r"data\.questions\.0\.limit: Input should",
         ),
+        ({"seeds": [2**64]}, r"seeds\.0: Input should be less than or equal to"),  # torch.manual_seed's traceback
+        ({"warmstart": {"seed": 2**64}}, r"warmstart\.seed: Input should be less than or equal to"),
+        (  # counted twice by the size check, written once: steps drew fewer questions than asked, in silence
+            {"data": {"synthetic": {"question_types": ["1hop", "2hop", "1hop"]}}},
+            r"data\.synthetic\.question_types: 1hop listed more than once",
+        ),
+        ({"arms": {"joint": {"trainable_roles": ["central", "central"]}}}, r"trainable_roles: central listed more"),
+        ({"retrieval": {"recall_ks": [1, 3, 1]}}, r"retrieval\.recall_ks: 1 listed more than once"),
+        (  # ignored: the synthetic world writes both splits under its own benchmark names
+            {"data": {"questions": [{"kind": "synthetic", "limit": 30, "split": "test"}]}},
+            r"data\.questions\.0: a synthetic source takes no limit, split: it writes both splits",
+        ),
+        (  # prepare_data then refused every id as given twice, naming no param
+            {"data": {"questions": [{"kind": "synthetic"}, {"kind": "synthetic"}]}},
+            r"data: questions 0 and 1 read the same questions \(synthetic\); list each source once",
+        ),
+        ({"tracking": {"uri": "sqlite://"}}, r"tracking\.uri: sqlite:// is an in-memory database: every run would"),
+        ({"tracking": {"uri": " "}}, r"tracking\.uri: blank; use sqlite:///mlflow\.db"),
         (  # each was ignored in silence: SmolLM2 loaded whatever name_or_path said
             {"models": {"main": {"name_or_path": "x", "revision": "abc"}}},
             r"models\.main: name_or_path, revision: not read by source tiny_qwen2 \(name_or_path is for source hf;",
@@ -229,3 +247,25 @@ def test_a_params_change_the_profile_would_undo_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"train\.grpo\.steps: .* sets 5 but profile smoke sets 2, and the profile"):
         load_config(params)
     load_config(write_params(tmp_path / "same", {"train": {"grpo": {"steps": 5}}}))  # set in both: no conflict
+
+
+def test_question_sources_the_profile_would_replace_are_refused(tmp_path):
+    """The realqa profile replaced params.yaml's own data.questions and data.corpus in silence (lists of
+    mappings were not compared)."""
+    params = write_params(tmp_path, profile="realqa")
+    load_config(params)  # params.yaml's sources as the default writes them: nothing to undo
+    raw = yaml.safe_load(params.read_text())
+    raw["data"]["questions"].append({"kind": "qa_jsonl", "path": "mine.jsonl", "benchmark": "mine", "split": "test"})
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"data\.questions: .* sets \[\{'kind': 'synthetic'\}, .*mine\.jsonl.*"):
+        load_config(params)
+
+
+def test_an_arm_without_an_untrained_start_is_refused(tmp_path):
+    """`references: {}` ran the whole pipeline, then compare failed with a StopIteration traceback."""
+    params = write_params(tmp_path)
+    raw = yaml.safe_load(params.read_text())
+    raw["references"] = {"single_agent": {"topology": "single_agent"}}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"references has no harness of topology central: the report measures"):
+        load_config(params)

@@ -107,3 +107,13 @@ def test_a_stage_applies_return_memory_from_params(tmp_path):
         assert hardware.return_free_memory() is False  # below a ceiling of a million GB
     finally:
         hardware.set_memory_return(True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_asked_for_without_cuda_names_the_param():
+    """It was torch's AssertionError ("Torch not compiled with CUDA enabled") from the stage's first model.to."""
+    with pytest.raises(
+        ConfigError, match="harness.device is cuda, but torch sees no CUDA device here; use auto or cpu"
+    ):
+        hardware.pick_device("cuda")
+    assert hardware.pick_device("auto").type == "cpu"

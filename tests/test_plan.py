@@ -216,8 +216,9 @@ def test_an_empty_profile_or_a_list_index_in_set_is_refused_and_an_empty_mapping
     with pytest.raises(SystemExit) as stop:
         plan.main(["--params", params, "--set", "data.questions.0.limit=5"])
     assert stop.value.code == 2 and "--set reaches mappings only" in capsys.readouterr().err
-    assert plan.main(["--params", params, "--set", "references={}"]) == 0  # was: merged into nothing, both planned
-    assert "evaluate_reference@" not in capsys.readouterr().out
+    # was: merged into nothing, both planned; emptied, the arms have no untrained start left
+    assert plan.main(["--params", params, "--set", "references={}"]) == 2
+    assert "references has no harness of topology central" in capsys.readouterr().err
 
 
 def test_a_model_or_encoder_named_as_a_folder_is_looked_for_there_not_on_the_hub(repo, tmp_path, capsys):

@@ -317,14 +317,17 @@ def test_a_fixed_pool_is_dealt_evenly_over_benchmarks_from_the_seed_and_steps_dr
     from centralrl.schema import Question
 
     questions = [Question(f"{b}-{i}", "?", ("x",), b, "train") for b in ("one", "two", "three") for i in range(20)]
-    pool = fixed_pool(questions, 6, seed=0, source="t.jsonl")
+    pool = fixed_pool(questions, 6, 4, seed=0, source="t.jsonl")
     assert len({q.id for q in pool}) == 6
     assert sorted(q.benchmark for q in pool) == ["one", "one", "three", "three", "two", "two"]
-    assert fixed_pool(questions, 6, seed=0, source="t.jsonl") == pool
-    assert fixed_pool(questions, 6, seed=1, source="t.jsonl") != pool
-    assert fixed_pool(questions, 0, seed=0, source="t.jsonl") == questions
+    assert fixed_pool(questions, 6, 4, seed=0, source="t.jsonl") == pool
+    assert fixed_pool(questions, 6, 4, seed=1, source="t.jsonl") != pool
+    assert fixed_pool(questions, 0, 4, seed=0, source="t.jsonl") == questions
     with pytest.raises(DataError, match=r"t.jsonl: train.grpo.pool is 61 but 60 training questions are left"):
-        fixed_pool(questions, 61, seed=0, source="t.jsonl")
+        fixed_pool(questions, 61, 4, seed=0, source="t.jsonl")
+    # a file source without `limit` cannot be sized at load: a step drew fewer questions than asked, in silence
+    with pytest.raises(DataError, match=r"t.jsonl: 60 training questions are left after the dev split, fewer than"):
+        fixed_pool(questions, 0, 61, seed=0, source="t.jsonl")
 
 
 def test_a_pool_smaller_than_a_step_is_refused_at_load_time(tmp_path):

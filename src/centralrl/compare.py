@@ -294,10 +294,11 @@ def _seeds_unchanged(movement: Mapping[int, dict], roles: Sequence[str]) -> list
     return [s for s, moved in movement.items() if roles and not any(moved[r]["changed"] for r in roles)]
 
 
-def untrained_start(cfg: Config, arm: str) -> str | None:
-    """The reference that is this arm before training: the first one of the same topology (`base`), or None."""
+def untrained_start(cfg: Config, arm: str) -> str:
+    """The reference that is this arm before training: the first one of the same topology (`base`; the config
+    refuses arms without one)."""
     topology = cfg.arm(arm).topology
-    return next((ref for ref, spec in cfg.references.items() if spec.topology == topology), None)
+    return next(ref for ref, spec in cfg.references.items() if spec.topology == topology)
 
 
 def gains_over_start(
@@ -308,8 +309,6 @@ def gains_over_start(
     out = {}
     for arm in cfg.arms:
         start = untrained_start(cfg, arm)
-        if start is None:
-            continue
         seeds = {seed: paired(records[arm][seed], references[start], cfg) for seed in cfg.seeds}
         out[arm] = {
             "start": start,

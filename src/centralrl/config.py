@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from centralrl.data.formats import CORPUS_KINDS
 from centralrl.data.formats import QUESTION_KINDS as FILE_QUESTION_KINDS
@@ -30,6 +30,18 @@ from centralrl.services import is_file_store
 
 DEFAULT_PROFILE = "default"
 MATRIX_AXES = ("seeds", "backbones", "references", "arms")  # expanded by dvc.yaml from params.yaml itself
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]  # torch.manual_seed takes no more (a larger one was a traceback)
+
+
+def _each_once(values: list) -> list:
+    """A list param whose entries must differ: one given twice is a typo, or counted twice (question types)."""
+    twice = sorted({str(v) for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} listed more than once")
+    return values
+
+
+EachOnce = AfterValidator(_each_once)
 
 
 class Section(BaseModel):
@@ -42,7 +54,7 @@ class Section(BaseModel):
 class SyntheticConfig(Section):
     """The project's invented multi-hop world (offline default): sizes and its own seed."""
 
-    seed: int = Field(13, description="seed of the world: same seed, same entities, passages and questions")
+    seed: Seed = Field(13, description="seed of the world: same seed, same entities, passages and questions")
     n_people: int = Field(160, ge=8, description="people (directors, founders, spouses, alumni)")
     n_cities: int = Field(40, ge=4)
     n_countries: int = Field(12, ge=2)
@@ -53,7 +65,9 @@ class SyntheticConfig(Section):
         0.25, ge=0.0, le=1.0, description="share of entities given a look-alike-named twin"
     )
     distractor_sentences: int = Field(2, ge=0, description="sentences per passage about other, unrelated entities")
-    question_types: list[Literal["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"]] = Field(
+    question_types: Annotated[
+        list[Literal["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"]], EachOnce
+    ] = Field(
         default_factory=lambda: ["1hop", "2hop"],
         description="each type is its own benchmark, named synth-<type>; the generators: 1hop, 2hop, 3hop, 4hop, "
         "comparison, bridge_comparison",
@@ -90,6 +104,12 @@ class QuestionSource(Section):
     @model_validator(mode="after")
     def _fields_for_kind(self) -> QuestionSource:
         if self.kind == "synthetic":
+            ignored = sorted(self.model_fields_set - {"kind"})
+            if ignored:
+                raise ValueError(
+                    f"a synthetic source takes no {', '.join(ignored)}: it writes both splits, its benchmarks are "
+                    "synth-<type>, and data.synthetic sets its sizes (train_per_type, test_per_type)"
+                )
             return self
         needed = ["benchmark", "split"] + (["dataset_id", "dataset_split"] if self.kind == "hf_dataset" else ["path"])
         missing = [name for name in needed if getattr(self, name) is None]
@@ -154,8 +174,30 @@ class DataConfig(Section):
                 return None
             else:
                 available = source.limit
-            total += min(available, source.limit or available)
+            total += available
         return total
+
+    @model_validator(mode="after")
+    def _each_source_once(self) -> DataConfig:
+        """The same questions read twice: every id twice, refused by prepare_data without naming the param."""
+        seen: dict[tuple, int] = {}
+        for index, source in enumerate(self.questions):
+            key = (
+                source.kind,
+                source.path,
+                source.source_filter,
+                source.dataset_id,
+                source.dataset_config,
+                source.dataset_split,
+            )
+            if key in seen:
+                raise ValueError(
+                    f"questions {seen[key]} and {index} read the same questions ({source.kind}"
+                    + (f" {source.path}" if source.path else "")
+                    + "); list each source once"
+                )
+            seen[key] = index
+        return self
 
 
 class ElasticsearchConfig(Section):
@@ -263,11 +305,11 @@ class RetrievalConfig(Section):
         "auto", description="bm25s scorer: numba when installed (about 50x faster on big batches), else numpy"
     )
     top_k: int = Field(3, ge=1, description="passages the harness shows the retrieval sub-agent")
-    recall_ks: list[Annotated[int, Field(ge=1)]] = Field(
+    recall_ks: Annotated[list[Annotated[int, Field(ge=1)]], EachOnce] = Field(
         default_factory=lambda: [1, 3, 5, 10], min_length=1, description="k values of recall@k"
     )
     query_batch_size: int = Field(256, ge=1)
-    compare_backends: list[Literal[BACKENDS]] = Field(  # type: ignore[valid-type]
+    compare_backends: Annotated[list[Literal[BACKENDS]], EachOnce] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["dense", "hybrid"],
         description="backends whose recall@k build_index also reports, on the same questions (built in memory, "
         "not saved); the configured backend is always reported",
@@ -276,19 +318,11 @@ class RetrievalConfig(Section):
     dense: DenseConfig = Field(default_factory=DenseConfig)
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
 
-    @field_validator("compare_backends")
-    @classmethod
-    def _listed_once(cls, backends: list[str]) -> list[str]:
-        twice = sorted({b for b in backends if backends.count(b) > 1})
-        if twice:
-            raise ValueError(f"{twice} listed more than once")
-        return backends
-
 
 class TinyQwen2Config(Section):
     """A randomly initialised Qwen2 with a small trained tokenizer: the `smoke` backbone for tests and CI."""
 
-    seed: int = Field(0, description="seed of the random weights")
+    seed: Seed = Field(0, description="seed of the random weights")
     vocab_size: int = Field(
         2048, ge=300, description="BPE vocabulary of the small tokenizer (special tokens included)"
     )
@@ -436,6 +470,12 @@ class TrackingConfig(Section):
     @classmethod
     def _a_tracking_store(cls, uri: str) -> str:
         """A store MLflow 3 can track to, checked at load: any other URI failed in the stage, after its work."""
+        if not uri.strip():
+            raise ValueError("blank; use sqlite:///mlflow.db or an MLflow server's http(s) URL")
+        if re.fullmatch(r"sqlite(\+\w+)?://(/:memory:)?", uri):
+            raise ValueError(
+                f"{uri} is an in-memory database: every run would be lost when the stage exits; use sqlite:///PATH"
+            )
         if is_file_store(uri):
             raise ValueError(
                 "a file store (a path or file: URI), which MLflow 3 refuses; use sqlite:///PATH or an MLflow "
@@ -473,7 +513,7 @@ class ArmConfig(Section):
     """An arm is data: a topology, which of its roles train (the others stay frozen), how adapters are shared."""
 
     topology: Literal["central", "single_agent"] = "central"
-    trainable_roles: list[Literal["central", "retrieval", "conclusion", "agent"]] = Field(
+    trainable_roles: Annotated[list[Literal["central", "retrieval", "conclusion", "agent"]], EachOnce] = Field(
         min_length=1, description="roles whose adapters train (an untrained harness is a `references` entry)"
     )
     sharing: Literal["per_role", "shared"] | None = Field(None, description="None: lora.sharing")
@@ -673,7 +713,7 @@ class DevConfig(Section):
 
     questions: int = Field(16, ge=0, description="training questions held out as the dev split (0: none)")
     every: int = Field(4, ge=1, description="score the dev split after every N steps (and at the start and end)")
-    seed: int = Field(0, description="seed of the dev sample: every arm and seed is scored on the same questions")
+    seed: Seed = Field(0, description="seed of the dev sample: every arm and seed is scored on the same questions")
 
 
 class TrainConfig(Section):
@@ -724,13 +764,13 @@ class WarmstartConfig(Section):
         description="the oracle central agent's <think>: fixed (one sentence per situation) or counted (how many "
         "facts the question needs and the notes hold, then ask or conclude)",
     )
-    seed: int = Field(0)
+    seed: Seed = Field(0)
 
 
 class CompareConfig(Section):
     """The statistics of the `compare` stage (seeded: the same records give the same report)."""
 
-    seed: int = Field(0, ge=0, description="seed of every bootstrap and permutation draw (numpy: non-negative)")
+    seed: Seed = Field(0, description="seed of every bootstrap and permutation draw (numpy: non-negative)")
     resamples: int = Field(2000, ge=100, description="bootstrap resamples per interval")
     permutations: int = Field(
         10000,
@@ -757,7 +797,7 @@ class CompareConfig(Section):
 
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
-    seeds: list[Annotated[int, Field(ge=0)]] = Field(
+    seeds: list[Seed] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
@@ -843,6 +883,15 @@ class Config(Section):
         both = sorted(set(self.references) & set(self.arms))
         if both:
             raise ValueError(f"{both} named both as references and as arms")
+        startless = sorted(
+            {arm.topology for arm in self.arms.values()} - {r.topology for r in self.references.values()}
+        )
+        if startless:
+            raise ValueError(
+                f"references has no harness of topology {', '.join(startless)}: the report measures every arm "
+                f"against its untrained start, the first reference of its topology (e.g. base: {{topology: "
+                f"{startless[0]}}})"
+            )
         missing = [arm for arm in self.claim if arm not in self.arms]
         if missing:
             raise ValueError(f"claim names {missing}, which are not arms (arms: {', '.join(self.arms)})")
@@ -1042,7 +1091,9 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
         raise ConfigError(
             f"profile: blank in {params_path}; set it to a profile: {_known_profiles(overlay_file.parent)}"
         )
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(profile)):  # "../params" would read params.yaml
+    if not isinstance(profile, str) or not re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9_.-]*", profile
+    ):  # "../params" would read params.yaml
         raise ConfigError(f"profile: {profile!r} is not a profile name (a file name of profiles/ without .yaml)")
     if overlay_file.exists() and not overlay_file.is_file():
         raise ConfigError(f"profile: {overlay_file} is a folder, not a profile file")
@@ -1074,10 +1125,12 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
 def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str = "") -> list[tuple]:
     """(dotted key, params value, profile value) for each value params.yaml changed from its default that the
     profile replaces with another: an edit (or `dvc exp run -S key=...`) the profile would undo in silence.
-    Lists of mappings (data sources) are left out: their short YAML form is not comparable with the default's.
+    Lists of mappings (data sources) compare without their unset (null) fields, as YAML gives them in short.
 
     >>> _overridden_changes({"a": {"b": 5, "c": 1}}, {"a": {"b": 2, "c": 3}}, {"a": {"b": 8, "c": 1}})
     [('a.b', 5, 2)]
+    >>> _overridden_changes({"q": [{"kind": "s"}]}, {"q": [{"kind": "f"}]}, {"q": [{"kind": "s", "path": None}]})
+    []
     """
     found = []
     for key, theirs in overlay.items():
@@ -1086,13 +1139,16 @@ def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str
         mine, default, dotted = params[key], (defaults or {}).get(key), f"{prefix}{key}"
         if isinstance(mine, dict) and isinstance(theirs, dict):
             found += _overridden_changes(mine, theirs, default if isinstance(default, dict) else {}, f"{dotted}.")
-        elif mine != theirs and mine != default and not _holds_mappings(mine):
+        elif _set_fields(mine) not in (_set_fields(theirs), _set_fields(default)):
             found.append((dotted, mine, theirs))
     return found
 
 
-def _holds_mappings(value: object) -> bool:
-    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+def _set_fields(value: object) -> object:
+    """A list of mappings without their null fields: `{kind: synthetic}` as the default's full dump of it."""
+    if isinstance(value, list):
+        return [{k: v for k, v in item.items() if v is not None} if isinstance(item, dict) else item for item in value]
+    return value
 
 
 def load_config(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> Config:

@@ -55,9 +55,12 @@ def fast_bf16(device: torch.device) -> bool:
 
 
 def pick_device(requested: str) -> torch.device:
-    """The torch device of a `device` param: `auto` is cuda when available, else cpu."""
+    """The torch device of `harness.device`: `auto` is cuda when available, else cpu; cuda without one is an
+    error (it was torch's AssertionError from the first `model.to`)."""
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"harness.device is {requested}, but torch sees no CUDA device here; use auto or cpu")
     return torch.device(requested)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from centralrl.config import Config, QuestionSource, load_config
-from centralrl.errors import CentralRLError
+from centralrl.errors import CentralRLError, ConfigError
 from centralrl.redact import redact, split_credentials
 
 HUB_TIMEOUT = 5.0  # seconds for the hub probe
@@ -220,15 +220,18 @@ def _precision_line(cfg: Config) -> str:
     from centralrl.hardware import compute_dtype, hardware_tags, pick_device  # torch: only for this line
 
     tags = hardware_tags()
-    device = pick_device(cfg.harness.device)
+    given = (
+        f"precision: warm start {cfg.warmstart.precision}, rollouts {cfg.harness.precision}, update "
+        f"{cfg.train.grpo.precision}, evaluation {cfg.harness.eval_precision}"
+    )
+    try:
+        device = pick_device(cfg.harness.device)
+    except ConfigError:  # a GPU profile planned on a machine without one: the stages would refuse to start here
+        return f"{given}; auto is decided on the GPU it runs on (harness.device {cfg.harness.device}, none here)"
     auto = str(compute_dtype("auto", device)).removeprefix("torch.")
     cpu = f"{tags['cpu_capability']} CPU, bf16 arithmetic {tags['cpu_bf16']}"
     where = f"GPU {tags['gpu']}" if device.type == "cuda" else cpu
-    return (
-        f"precision: warm start {cfg.warmstart.precision}, rollouts {cfg.harness.precision}, update "
-        f"{cfg.train.grpo.precision}, evaluation {cfg.harness.eval_precision}; auto is {auto} here ({where}), "
-        "and results made with another auto precision differ"
-    )
+    return f"{given}; auto is {auto} here ({where}), and results made with another auto precision differ"
 
 
 def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:

@@ -133,7 +133,9 @@ def build_trainer(
         cfg,
         policy,
         open_retriever(cfg.retrieval, index_dir),
-        fixed_pool(training, 0 if sifting else cfg.train.grpo.pool, seed, str(train_path)),
+        fixed_pool(
+            training, 0 if sifting else cfg.train.grpo.pool, cfg.train.grpo.questions_per_step, seed, str(train_path)
+        ),
         cfg.arm(arm).topology,
         seed,
         world=world,

@@ -270,9 +270,15 @@ def deal(questions: Sequence[Question], seed: int) -> list[Question]:
     return interleave(random.Random(derive_seed(seed, "pool")).sample(list(questions), len(questions)))
 
 
-def fixed_pool(questions: Sequence[Question], size: int, seed: int, source: str) -> list[Question]:
+def fixed_pool(questions: Sequence[Question], size: int, per_step: int, seed: int, source: str) -> list[Question]:
     """The training questions a run's steps draw from (`train.grpo.pool`): all of them when `size` is 0, else
-    the first `size` of the seed's deal. `source` names the training file in the error for too few questions."""
+    the first `size` of the seed's deal. `source` names the training file in the errors for too few questions
+    (fewer than a step's `per_step` were drawn in silence, or were a traceback under uniform sampling)."""
+    if len(questions) < per_step:
+        raise DataError(
+            f"{source}: {len(questions)} training questions are left after the dev split, fewer than "
+            f"train.grpo.questions_per_step ({per_step})"
+        )
     if not size:
         return list(questions)
     if size > len(questions):
