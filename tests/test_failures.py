@@ -135,6 +135,29 @@ def test_a_tracking_server_that_is_down_stops_a_tracked_stage_in_seconds_naming_
     assert done.stderr.startswith(f"compare: error: tracking.uri {uri.replace('secret', '***')}: no MLflow server")
 
 
+@pytest.mark.parametrize(
+    "store, named",
+    [
+        ("junk.db", "{tmp}/junk.db is a file but not a SQLite database"),  # SQLAlchemy's traceback, after the work
+        ("afolder", "{tmp}/afolder is a folder, not a database file"),
+        ("typo/m.db", "its folder {tmp}/typo does not exist (make it, or correct the path)"),  # was: made, exit 0
+        ("junk.db/m.db", "{tmp}/junk.db is a file, not a folder"),
+    ],
+)
+def test_a_sqlite_store_that_cannot_be_one_stops_a_tracked_stage_before_its_work(tmp_path, store, named):
+    (tmp_path / "junk.db").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "afolder").mkdir()
+    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path / store}"}})
+    cell = "{backbone}{arm}{seed}"
+    inputs = [f"--records={cell}{{budget}}", "--reference-records={backbone}{reference}", "--corpus=x"]
+    inputs += [f"--{name}={cell}" for name in ("budgets", "history", "movement")]
+    outputs = [f"--report={tmp_path / 'report'}", f"--metrics={tmp_path / 'm.json'}"]
+    done = run(["-m", "stages.compare", "--params", str(params), *inputs, *outputs], REPO)  # before any input is read
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"compare: error: tracking.uri sqlite:///{tmp_path / store}: ")
+    assert named.format(tmp=tmp_path) in done.stderr and not (tmp_path / "typo").exists()
+
+
 def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
     from centralrl.errors import TrackingError
     from centralrl.services import check_reachable

@@ -178,14 +178,16 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     target = Path(path)
     _prepare(target, folder=True)
-    tmp = Path(_temporary_beside(target, tempfile.mkdtemp))
-    try:
+    tmp = None
+    try:  # made inside: a Ctrl-C just after it is made removes it too
+        tmp = Path(_temporary_beside(target, tempfile.mkdtemp))
         yield tmp
         _fsync_tree(tmp)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
         _replace_directory(tmp, target)
     except BaseException as error:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
             _raise_unwritable(error, target)
         raise

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, TrackingError, is_known
-from centralrl.io import file_in_the_way, scratch_folder
+from centralrl.io import file_in_the_way, folder_refuses_files, scratch_folder
 from centralrl.processes import tied_to_this_process
 from centralrl.redact import redact
 
@@ -404,13 +404,39 @@ def missing_driver(uri: str) -> str | None:
     return None
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def unusable_sqlite_file(uri: str) -> str | None:
+    """Why the file of a `sqlite:///PATH` store cannot hold MLflow's runs, or None: a folder or a file that is
+    no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), or a
+    folder above it that does not exist (a typo made a new store there in silence) or takes no file."""
+    match = re.fullmatch(r"sqlite(?:\+\w+)?:///(.+)", uri)
+    if match is None:
+        return None
+    store = Path(match.group(1))
+    if store.is_dir():
+        return f"{store} is a folder, not a database file"
+    if store.exists():
+        with open(store, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+        return None if head in (b"", SQLITE_HEADER) else f"{store} is a file but not a SQLite database"
+    blocked = file_in_the_way(list(store.parents))
+    if blocked is not None:
+        return f"{blocked} is a file, not a folder"
+    if not store.parent.is_dir():
+        return f"its folder {store.parent} does not exist (make it, or correct the path)"
+    return folder_refuses_files(store)
+
+
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
     """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
     `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes),
-    or a database whose driver this machine lacks (`missing_driver`). A file store is not checked."""
+    a database whose driver this machine lacks (`missing_driver`), or a sqlite file that cannot be the store
+    (`unusable_sqlite_file`). A file store is not checked."""
     scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
     if scheme in DATABASES:
-        problem = missing_driver(uri)
+        problem = missing_driver(uri) or unusable_sqlite_file(uri)
         if problem is not None:
             raise TrackingError(f"tracking.uri {redact(uri)}: {problem}")
         return

@@ -154,7 +154,6 @@ def store_lock(uri: str) -> Iterator[None]:
     if store is None:
         yield
         return
-    store.parent.mkdir(parents=True, exist_ok=True)
     with open(store.with_name(store.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, an error included
         yield
@@ -190,8 +189,12 @@ class MlflowTracker:
     def _server_checked(self) -> Iterator[None]:
         """MLflow's error as it is, unless the tracking server no longer answers: then a TrackingError naming it
         (MLflow's own says "Max retries exceeded" in a wall of text)."""
+        from sqlalchemy.exc import DBAPIError
+
         try:
             yield
+        except DBAPIError as error:  # MLflow lets the database's own error through, with two tracebacks
+            raise TrackingError(f"tracking.uri {redact(self.uri)}: the store failed: {error.orig}") from None
         except self.mlflow.exceptions.MlflowException:
             try:
                 check_reachable(self.uri)
