@@ -173,14 +173,13 @@ def _prepare(params: str, argv: list[str], tracked: bool) -> None:
     not after), and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
     from centralrl.hardware import set_memory_return, set_threads
-    from centralrl.services import check_reachable
-    from centralrl.tracking import store_uri
+    from centralrl.services import check_reachable, stage_store_uri
 
     cfg = load_config(params)
     set_threads(cfg.threads)
     set_memory_return(cfg.return_memory, cfg.return_memory_above_gb)
     if tracked:  # the store the stage will open: a relative sqlite one in DVC's repository, not a temporary copy
-        check_reachable(store_uri(cfg.tracking.uri, os.environ.get("DVC_ROOT")))
+        check_reachable(stage_store_uri(cfg.tracking.uri, os.environ.get("DVC_ROOT")))
     for folder in {Path(arg) if Path(arg).is_dir() else Path(arg).parent for arg in argv if "/" in arg}:
         clean_stale_temporaries(folder)
 

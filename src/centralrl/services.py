@@ -404,6 +404,32 @@ def missing_driver(uri: str) -> str | None:
     return None
 
 
+def stage_store_uri(uri: str, root: str | None) -> str:
+    """The tracking URI a stage logs to: a relative `sqlite:///` store is taken from `root`, DVC's repository root
+    (`$DVC_ROOT`, which DVC sets for every stage it runs, to the repository an experiment was started from even when
+    it runs in a temporary copy); every other URI, or any URI when `root` is None, as it is.
+
+    >>> stage_store_uri("sqlite:///mlflow.db", "/repo"), stage_store_uri("sqlite:////abs/m.db", "/repo")
+    ('sqlite:////repo/mlflow.db', 'sqlite:////abs/m.db')
+    >>> stage_store_uri("http://127.0.0.1:5000", "/repo"), stage_store_uri("sqlite:///mlflow.db", None)
+    ('http://127.0.0.1:5000', 'sqlite:///mlflow.db')
+    """
+    store = sqlite_store(uri)
+    if store is None or store.is_absolute() or not root:
+        return uri
+    return f"{uri.partition(':///')[0]}:///{Path(root) / store}"
+
+
+def sqlite_store(uri: str) -> Path | None:
+    """The file of a `sqlite:///path` tracking store (relative or absolute; a driver may be named), else None.
+
+    >>> sqlite_store("sqlite+pysqlite:////abs/m.db"), sqlite_store("sqlite:///:memory:"), sqlite_store("http://h")
+    (PosixPath('/abs/m.db'), None, None)
+    """
+    match = re.fullmatch(r"sqlite(?:\+\w+)?:///(.+)", uri)
+    return None if match is None or match.group(1) == ":memory:" else Path(match.group(1))
+
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -411,10 +437,9 @@ def unusable_sqlite_file(uri: str) -> str | None:
     """Why the file of a `sqlite:///PATH` store cannot hold MLflow's runs, or None: a folder or a file that is
     no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), or a
     folder above it that does not exist (a typo made a new store there in silence) or takes no file."""
-    match = re.fullmatch(r"sqlite(?:\+\w+)?:///(.+)", uri)
-    if match is None:
+    store = sqlite_store(uri)
+    if store is None:
         return None
-    store = Path(match.group(1))
     if store.is_dir():
         return f"{store} is a folder, not a database file"
     if store.exists():

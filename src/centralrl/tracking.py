@@ -10,9 +10,10 @@ Stages that start at once on one machine (cells run side by side by hand, or by 
 race on a local sqlite store's first steps: creating its schema (MLflow's migrations fail with "table
 alembic_version already exists"), the experiment, and the parent run (two parents). Those steps run under an
 exclusive lock on a file beside the store (`store_lock`); a server store serialises them itself.
-A relative sqlite store is found from DVC's repository root (`store_uri`), not the working directory: `dvc exp run
---queue` and `--temp` run the stages in a temporary copy of the repository, where `sqlite:///mlflow.db` would be a
-fresh store deleted with the copy. The experiment's artifacts (transcripts, reports) live beside the store too.
+A relative sqlite store is found from DVC's repository root (`services.stage_store_uri`), not the working
+directory: `dvc exp run --queue` and `--temp` run the stages in a temporary copy of the repository, where
+`sqlite:///mlflow.db` would be a fresh store deleted with the copy. The experiment's artifacts (transcripts,
+reports) live beside the store too.
 Every param, tag and text goes through `centralrl.redact` first, so a URL's credentials never reach the store;
 the tracking URI itself is handed to MLflow as it is (it needs the credentials to log in).
 """
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from centralrl.errors import TrackingError
 from centralrl.hardware import hardware_tags
 from centralrl.redact import redact
-from centralrl.services import check_reachable
+from centralrl.services import check_reachable, sqlite_store, stage_store_uri
 
 if TYPE_CHECKING:
     from centralrl.config import Config, TrackingConfig
@@ -121,30 +122,6 @@ HTTP_RETRY_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
 }
-
-
-def store_uri(uri: str, root: str | None) -> str:
-    """The tracking URI a stage logs to: a relative `sqlite:///` store is taken from `root`, DVC's repository root
-    (`$DVC_ROOT`, which DVC sets for every stage it runs, to the repository an experiment was started from even when
-    it runs in a temporary copy); every other URI, or any URI when `root` is None, as it is.
-
-    >>> store_uri("sqlite:///mlflow.db", "/repo"), store_uri("sqlite:////abs/m.db", "/repo")
-    ('sqlite:////repo/mlflow.db', 'sqlite:////abs/m.db')
-    >>> store_uri("http://127.0.0.1:5000", "/repo"), store_uri("sqlite:///mlflow.db", None)
-    ('http://127.0.0.1:5000', 'sqlite:///mlflow.db')
-    """
-    store = sqlite_store(uri)
-    if store is None or store.is_absolute() or not root:
-        return uri
-    return f"sqlite:///{Path(root) / store}"
-
-
-def sqlite_store(uri: str) -> Path | None:
-    """The file of a `sqlite:///path` tracking store (relative or absolute), else None."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix) or uri == prefix + ":memory:":
-        return None
-    return Path(uri.removeprefix(prefix))
 
 
 @contextmanager
@@ -254,6 +231,6 @@ class MlflowTracker:
 
 
 def open_tracker(tracking: TrackingConfig) -> MlflowTracker:
-    uri = store_uri(tracking.uri, os.environ.get("DVC_ROOT"))
+    uri = stage_store_uri(tracking.uri, os.environ.get("DVC_ROOT"))
     check_reachable(uri)
     return MlflowTracker(uri, tracking.experiment, tracking.system_metrics)
