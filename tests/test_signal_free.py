@@ -177,6 +177,10 @@ def test_without_a_kl_term_the_kl_is_measured_every_kl_every_steps_and_its_guard
     run_steps(unwatched.cfg, unwatched, progress, tmp_path / "never" / "state", "key", always_signal, NullTracker())
     assert unwatched.step == 4 and all("kl" not in row for row in progress.history)
     assert progress.history[0]["flops.update"] > 0
+    # a run shorter than kl_every is measured at its last step: it was never measured, so never guarded
+    short = _trainer(tiny_backbone, tmp_path / "short", ["conclusion"], grpo, {"kl_every": 8, "max_kl": 1e-3})
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 4: kl to the starting policy"):
+        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", "key", always_signal, NullTracker())
 
 
 def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone, tmp_path):

@@ -694,8 +694,8 @@ class HealthConfig(Section):
         4,
         ge=0,
         description="with train.grpo.kl_coef 0 (no KL term, so no reference forward), still measure the KL to the "
-        "starting policy every N steps, with one no-grad reference forward, so that max_kl can stop the run; "
-        "0: never. With kl_coef > 0 it is measured every step",
+        "starting policy every N steps and at the last step, with one no-grad reference forward, so that max_kl "
+        "can stop the run; 0: never. With kl_coef > 0 it is measured every step",
     )
     dead_questions: int = Field(
         12,

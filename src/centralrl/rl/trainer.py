@@ -448,9 +448,10 @@ class Trainer:
 
     def measures_kl(self) -> bool:
         """Whether the coming step's update runs the reference forward: every step with a KL term, else every
-        `train.health.kl_every` steps (the monitor that lets `max_kl` stop a run without a KL term)."""
-        every = self.cfg.train.health.kl_every
-        return self.cfg.train.grpo.kl_coef > 0 or (every > 0 and (self.step + 1) % every == 0)
+        `train.health.kl_every` steps and the last (the monitor that lets `max_kl` stop a run without a KL term;
+        a run shorter than kl_every was never measured)."""
+        every, last = self.cfg.train.health.kl_every, self.step + 1 == self.cfg.train.grpo.steps
+        return self.cfg.train.grpo.kl_coef > 0 or (every > 0 and ((self.step + 1) % every == 0 or last))
 
     def _optimize(
         self, samples: Sequence[Sample], denominator: float, measure_kl: bool
