@@ -132,7 +132,8 @@ from centralrl.harness.episodes import run_central
 from centralrl.harness.protocol import STOP_STRINGS
 from centralrl.io import write_json
 from centralrl.metrics import f1
-from centralrl.models.adapters import acting_as, adapters_of, attach_adapters, role_adapters
+from centralrl.config import role_adapters
+from centralrl.models.adapters import acting_as, adapters_of, attach_adapters
 from centralrl.retrieval import open_retriever
 from centralrl.schema import read_questions
 from centralrl.seeding import derive_seed

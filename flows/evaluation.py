@@ -34,8 +34,9 @@ from centralrl.evaluation import (
 )
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
-from centralrl.io import read_json, write_json
+from centralrl.io import atomic_directory, read_json, write_json
 from centralrl.metrics import refuse_empty_answers
+from centralrl.models.adapters import checked_adapters
 from centralrl.movement import movement_metrics, role_movement
 from centralrl.retrieval import Retriever, open_retriever
 from centralrl.schema import Question, read_questions
@@ -135,21 +136,42 @@ def evaluation_flow(
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
         tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
-        result, _ = evaluate_one(  # untrained: every role is the start
-            cfg,
-            f"{reference}-{backbone}",
-            tags,
-            questions,
-            policy,
-            retriever,
-            topology,
-            Path(out_dir),
-        )
+        with atomic_directory(out_dir) as written:
+            result, _ = evaluate_one(  # untrained: every role is the start
+                cfg, f"{reference}-{backbone}", tags, questions, policy, retriever, topology, written
+            )
         write_json(metrics_path, result)
         return result
-    results, movement = {}, {}
-    for step, (first, *same) in cuts_by_step(cuts).items():
+    by_step = cuts_by_step(cuts)
+    for step, (first, *same) in by_step.items():  # every cut read before any is evaluated
+        checked_adapters(Path(adapters_dir) / first, {a for a in cfg.arm_adapters(arm).values() if a})
         check_same_cut(Path(adapters_dir), step, first, same)
+    with atomic_directory(out_dir) as written:  # whole or absent: a later cut's failure leaves no earlier one
+        results, movement = evaluate_cuts(
+            cfg, backbone, model_dir, arm, seed, adapters_dir, by_step, questions, retriever, written
+        )
+    write_json(metrics_path, dict(sorted(results.items())))
+    write_json(movement_path, dict(sorted(movement.items())))
+    return results
+
+
+def evaluate_cuts(
+    cfg: Config,
+    backbone: str,
+    model_dir: str,
+    arm: str,
+    seed: int,
+    adapters_dir: str,
+    by_step: dict[int, list[str]],
+    questions: list[Question],
+    retriever: Retriever,
+    out_dir: Path,
+) -> tuple[dict, dict]:
+    """({budget: result}, {budget: movement}) of one trained cell, a cut's adapters loaded and evaluated once per
+    step (`cuts_by_step`), its records written for every budget cut there."""
+    topology = cfg.arm(arm).topology
+    results, movement = {}, {}
+    for step, (first, *same) in by_step.items():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first), arm)
         name = f"{arm}-{seed}-{backbone}"
         results[first], movement[first] = evaluate_one(
@@ -175,6 +197,4 @@ def evaluation_flow(
                 {},
                 Path(out_dir) / budget,
             )
-    write_json(metrics_path, dict(sorted(results.items())))
-    write_json(movement_path, dict(sorted(movement.items())))
-    return results
+    return results, movement

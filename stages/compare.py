@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import math
 import string
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
-from centralrl.compare import comparison, lost_answers, record_checker
-from centralrl.config import TOPOLOGY_ROLES, Config, load_config
+from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker
+from centralrl.config import Config, load_config
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from stages.cli import InputPath, run_stage, stage_parser
@@ -83,44 +84,60 @@ def checked_history_row(row: dict, where: str) -> dict:
 
 
 def checked_history(rows: list[dict], path: Path) -> list[dict]:
-    """A history whose steps rise (the report's first and last quarters are by step)."""
+    """A history of steps 1, 2, ... one row each (the report's first and last quarters are by step, and a missing
+    step made a run read as shorter than it was)."""
     steps = [row["step"] for row in rows]
-    if steps != sorted(set(steps)):
-        raise DataError(f"{path}: steps must rise one row after another, got {steps}")
+    if steps != list(range(1, len(rows) + 1)):
+        raise DataError(f"{path}: steps must be 1, 2, ... one row each, got {steps}")
     return rows
 
 
-def checked_cuts(cuts: object, path: Path, budgets: Sequence[str]) -> dict:
-    """budgets.json: for every budget of params, the step its cut fell at, whether the budget was reached, and
-    what the run had spent (trained tokens, FLOPs)."""
+def checked_cuts(cuts: object, path: Path, cfg: Config, steps_run: int) -> dict:
+    """budgets.json: for every budget of params, the step its cut fell at (within the `steps_run` of its history:
+    `Config.cut_problem` says the rest), whether the budget was reached, and what the run had spent (trained
+    tokens, FLOPs)."""
     if not isinstance(cuts, dict):
         raise DataError(f"{path}: expected a mapping of budgets, got {type(cuts).__name__}")
-    for budget in budgets:
+    for budget in cfg.budgets:
         cut, where = cuts.get(budget), f"{path}: budget {budget!r}"
         if not isinstance(cut, dict) or not isinstance(cut.get("spent"), dict):
             raise DataError(f"{where}: no cut with its `spent` (params has this budget: rerun the train stage)")
         if not isinstance(cut.get("reached"), bool):
             raise DataError(f"{where}: field 'reached' must be true or false, got {cut.get('reached')!r}")
-        _number(cut.get("step"), where, "step")
+        problem = cfg.cut_problem(budget, cut)
+        if problem:
+            raise DataError(f"{path}: {problem}")
+        if cut["step"] > steps_run:
+            raise DataError(f"{where}: cut at step {cut['step']}, but its history holds {steps_run} steps")
         for field in ("trained_tokens", "flops"):
             _number(cut["spent"].get(field), where, f"spent.{field}")
     return cuts
 
 
-def checked_movement(movement: object, path: Path, budgets: Sequence[str], roles: Sequence[str]) -> dict:
-    """An evaluate stage's movement file: for every budget, each of the arm's roles with its calls, changed
-    outputs, their share and its KL to the start (the last two None when it made no call)."""
+def checked_movement(movement: object, path: Path, budgets: Sequence[str], adapters: dict[str, str | None]) -> dict:
+    """An evaluate stage's movement file: for every budget, each of the arm's roles with the adapter the arm gives
+    it (a file of another arm showed a frozen role as trained), its calls, changed outputs (at most the calls),
+    their share and its KL to the start (the last two None when it made no call)."""
     if not isinstance(movement, dict):
         raise DataError(f"{path}: expected a mapping of budgets, got {type(movement).__name__}")
     for budget in budgets:
-        for role in roles:
+        for role, adapter in adapters.items():
             entry, where = (movement.get(budget) or {}).get(role), f"{path}: budget {budget!r}, role {role!r}"
             if not isinstance(entry, dict) or "adapter" not in entry:
                 raise DataError(f"{where}: missing (rerun the evaluate stage)")
+            if entry["adapter"] != adapter:
+                raise DataError(f"{where}: adapter {entry['adapter']!r}, but this arm gives it {adapter!r}")
             for field in ("calls", "changed"):
                 _number(entry.get(field), where, field)
             for field in ("changed_share", "kl"):
                 _number(entry.get(field), where, field, nullable=True)
+            calls, changed = entry["calls"], entry["changed"]
+            share = changed / calls if calls else None
+            if not 0 <= changed <= calls or entry["changed_share"] != share:
+                raise DataError(
+                    f"{where}: {changed} changed of {calls} calls with changed_share {entry['changed_share']!r}: "
+                    f"not a count of its calls and their share"
+                )
     return movement
 
 
@@ -151,10 +168,20 @@ def _checked_test_counts(row: object, where: str) -> None:
 
 
 def _data_counts(data: str | None, records: dict) -> dict | None:
-    """--data's counts checked against the benchmarks of records[backbone][arm][seed][budget] (None without it)."""
+    """--data's counts checked against records[backbone][arm][seed][budget] (None without it): the benchmarks
+    they answer, and as many questions of each as the test split holds (a subset was paired and reported)."""
     if data is None:
         return None
-    return checked_data_counts(_json(Path(data), "prepare_data"), Path(data), _benchmarks(records))
+    counts = checked_data_counts(_json(Path(data), "prepare_data"), Path(data), _benchmarks(records))
+    rows = next(iter(next(iter(next(iter(next(iter(records.values())).values())).values())).values()))
+    answered = Counter(row["benchmark"] for row in rows)  # every cell answers the same questions (load_cells)
+    for bench, n in sorted(answered.items()):
+        if n != counts["test"][bench]["questions"]:
+            raise DataError(
+                f"{data}: test {bench!r} holds {counts['test'][bench]['questions']} questions, but the records answer "
+                f"{n}; {RERUN_DATA}, or the evaluations"
+            )
+    return counts
 
 
 def _benchmarks(records: dict) -> set[str]:
@@ -187,16 +214,20 @@ def _json(path: Path, stage: str):
 
 def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict, dict, dict]:
     """records, reference records, budget cuts, histories and role movement, keyed backbone -> arm/reference ->
-    seed -> budget."""
+    seed -> budget; every records file of a backbone answering the same questions (named by file if not)."""
     records, references, cuts, histories, movement = {}, {}, {}, {}, {}
     for b in cfg.backbones:
+        files: dict[str, list[dict]] = {}
+
+        def read(path: str, stage: str) -> list[dict]:
+            files[path] = _rows(Path(path), stage, record_checker())
+            return files[path]
+
         records[b] = {
             arm: {
                 s: {
-                    budget: _rows(
-                        Path(args.records.format(backbone=b, arm=arm, seed=s, budget=budget)),
-                        f"evaluate@{arm}-{s}-{b}",
-                        record_checker(),
+                    budget: read(
+                        args.records.format(backbone=b, arm=arm, seed=s, budget=budget), f"evaluate@{arm}-{s}-{b}"
                     )
                     for budget in cfg.budgets
                 }
@@ -205,22 +236,21 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
             for arm in cfg.arms
         }
         references[b] = {
-            ref: _rows(
-                Path(args.reference_records.format(backbone=b, reference=ref)),
-                f"evaluate_reference@{ref}-{b}",
-                record_checker(),
-            )
+            ref: read(args.reference_records.format(backbone=b, reference=ref), f"evaluate_reference@{ref}-{b}")
             for ref in cfg.references
         }
-        cuts[b] = {arm: {s: _cuts(cfg, args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
+        check_same_questions(files)
         histories[b] = {arm: {s: _history(args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
+        cuts[b] = {
+            arm: {s: _cuts(cfg, args, b, arm, s, len(histories[b][arm][s])) for s in cfg.seeds} for arm in cfg.arms
+        }
         movement[b] = {arm: {s: _movement(cfg, args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
     return records, references, cuts, histories, movement
 
 
-def _cuts(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int) -> dict:
+def _cuts(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int, steps_run: int) -> dict:
     path = Path(args.budgets.format(backbone=backbone, arm=arm, seed=seed))
-    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, list(cfg.budgets))
+    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, cfg, steps_run)
 
 
 def _history(args: argparse.Namespace, backbone: str, arm: str, seed: int) -> list[dict]:
@@ -230,8 +260,8 @@ def _history(args: argparse.Namespace, backbone: str, arm: str, seed: int) -> li
 
 def _movement(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int) -> dict:
     path = Path(args.movement.format(backbone=backbone, arm=arm, seed=seed))
-    roles = TOPOLOGY_ROLES[cfg.arm(arm).topology]
-    return checked_movement(_json(path, f"evaluate@{arm}-{seed}-{backbone}"), path, list(cfg.budgets), roles)
+    adapters = cfg.arm_adapters(arm)
+    return checked_movement(_json(path, f"evaluate@{arm}-{seed}-{backbone}"), path, list(cfg.budgets), adapters)
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:

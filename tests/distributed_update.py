@@ -11,7 +11,8 @@ import torch
 
 from centralrl.config import ROLES, Config
 from centralrl.distributed import World
-from centralrl.models.adapters import attach_adapters, role_adapters
+from centralrl.config import role_adapters
+from centralrl.models.adapters import attach_adapters
 from centralrl.models.backbone import load_backbone
 from centralrl.rl.trainer import Sample, loss_denominator, update
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from centralrl.config import TOPOLOGY_ROLES, load_config
+from centralrl.config import load_config
 from centralrl.errors import DataError
 from centralrl.io import write_json, write_jsonl
 from conftest import REPO, write_params
@@ -25,7 +25,7 @@ QUESTIONS = [
 ]
 COUNTS = {"questions": 2, "with_supporting_passages": 2, "with_decomposition": 0}
 CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
-STILL = {"adapter": None, "calls": 0, "changed": 0, "changed_share": None, "kl": None}
+STILL = {"calls": 0, "changed": 0, "changed_share": None, "kl": None}
 OLD_METRICS = '{"old": true}\n'
 
 
@@ -56,10 +56,13 @@ def world(tmp_path, monkeypatch) -> list[str]:
             cell = {"backbone": b, "arm": arm, "seed": 0}
             for budget in cfg.budgets:
                 write_jsonl(args.records.format(**cell, budget=budget), QUESTIONS)
-            write_json(args.budgets.format(**cell), dict.fromkeys(cfg.budgets, CUT))
-            write_jsonl(args.history.format(**cell), [{"step": 1, "reward_mean": 0.5}])
-            roles = TOPOLOGY_ROLES[cfg.arm(arm).topology]
-            write_json(args.movement.format(**cell), {budget: dict.fromkeys(roles, STILL) for budget in cfg.budgets})
+            cuts = {
+                name: CUT | {"budget": budget.model_dump(exclude_none=True)} for name, budget in cfg.budgets.items()
+            }
+            write_json(args.budgets.format(**cell), cuts)
+            write_jsonl(args.history.format(**cell), [{"step": s, "reward_mean": 0.5} for s in (1, 2)])
+            roles = {role: STILL | {"adapter": adapter} for role, adapter in cfg.arm_adapters(arm).items()}
+            write_json(args.movement.format(**cell), dict.fromkeys(cfg.budgets, roles))
     write_json(args.data, {"corpus_passages": 8, "test": {"nq": COUNTS, "popqa": COUNTS}, "train": {}})
     Path(args.metrics).write_text(OLD_METRICS)
     return argv
@@ -110,7 +113,7 @@ def test_cells_answering_a_question_twice_are_named():
     from centralrl.compare import check_same_questions
 
     once, twice = QUESTIONS, [*QUESTIONS, QUESTIONS[1]]
-    with pytest.raises(DataError, match=re.escape("joint-seed0 answered (id, benchmark) ('q1', 'nq') more than once")):
+    with pytest.raises(DataError, match=re.escape("joint-seed0: answered q1 more than once")):
         check_same_questions({"base": once, "joint-seed0": twice})
 
 
@@ -135,3 +138,64 @@ def test_data_counts_the_report_cannot_read_are_named(world, counts, named):
     # {} gave the same report as the real counts: no benchmark labelled closed-book
     write_json("metrics/data.json", counts)
     refused(world, f"metrics/data.json: {named}")
+
+
+def edit_json(path: str, change) -> None:
+    data = json.loads(Path(path).read_text())
+    change(data)
+    write_json(path, data)
+
+
+@pytest.mark.parametrize(
+    "path, change, named",
+    [
+        (  # a step was deleted: the report read the run as shorter than its cuts
+            "train/main/joint/seed0/history.jsonl",
+            lambda path: write_jsonl(path, [{"step": 2, "reward_mean": 0.5}]),
+            "history.jsonl: steps must be 1, 2, ... one row each, got [2]",
+        ),
+        (
+            "train/main/joint/seed0/budgets.json",
+            lambda path: edit_json(path, lambda cuts: cuts["equal_steps"].update(step=3)),
+            "budgets.json: budget 'equal_steps' has no cut step (a whole number from 1 to train.grpo.steps, 2), got 3",
+        ),
+        (  # reported under the params' budget heading
+            "train/main/joint/seed0/budgets.json",
+            lambda path: edit_json(path, lambda cuts: cuts["equal_steps"].update(budget={"steps": 1})),
+            "budgets.json: budget 'equal_steps' was cut for {'steps': 1}, but params define it as {'steps': 2}",
+        ),
+        (
+            "train/main/joint/seed0/history.jsonl",
+            lambda path: write_jsonl(path, [{"step": 1, "reward_mean": 0.5}]),
+            "budgets.json: budget 'equal_steps': cut at step 2, but its history holds 1 steps",
+        ),
+        (  # joint's file as central_only's: its frozen roles read as trained
+            "metrics/movement/main/central_only-seed0.json",
+            lambda path: Path(path).write_text(Path("metrics/movement/main/joint-seed0.json").read_text()),
+            "central_only-seed0.json: budget 'equal_steps', role 'retrieval': adapter 'retrieval', but this arm "
+            "gives it None",
+        ),
+        (
+            "metrics/movement/main/joint-seed0.json",
+            lambda path: edit_json(path, lambda m: m["equal_steps"]["central"].update(changed=3)),
+            "role 'central': 3 changed of 0 calls with changed_share None: not a count of its calls and their share",
+        ),
+        (  # every cell answering one question of each benchmark: a subset paired and reported
+            "data",
+            lambda path: [
+                write_jsonl(records, QUESTIONS[1:3]) for records in map(str, Path("eval").rglob("records.jsonl"))
+            ],
+            "metrics/data.json: test 'nq' holds 2 questions, but the records answer 1",
+        ),
+        (  # named by file, not by cell
+            "eval/main/joint/seed0/equal_steps/records.jsonl",
+            lambda path: write_jsonl(path, [QUESTIONS[0] | {"golden_answers": ["Bo"]}, *QUESTIONS[1:]]),
+            "eval/main/joint/seed0/equal_steps/records.jsonl: answered other questions than eval/main/central_only/"
+            "seed0/equal_steps/records.jsonl (4 vs 4; ids, benchmarks, texts or golden answers differ for q0)",
+        ),
+    ],
+)
+def test_inputs_of_other_cells_or_edited_ones_are_refused(world, path, change, named):
+    """Each was accepted, and a report written from it."""
+    change(path)
+    refused(world, named)

@@ -93,7 +93,8 @@ def test_overfit_on_a_fixed_pool_raises_its_reward_and_unseen_dev_questions_foll
     import torch
 
     from centralrl.config import load_config
-    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import attach_adapters
     from centralrl.models.backbone import load_backbone
     from centralrl.retrieval.bm25 import Bm25sIndex
     from centralrl.schema import Passage

@@ -269,13 +269,19 @@ def test_a_budgets_file_must_cut_every_budget_of_the_params_at_a_step(tmp_path):
     from centralrl.config import Config
     from centralrl.evaluation import budget_cuts
 
-    cfg = Config()  # budgets equal_steps and equal_tokens
-    good = {"equal_steps": {"step": 8, "reached": True}, "equal_tokens": {"step": 3, "reached": False}}
+    cfg = Config()  # budgets equal_steps (8 steps) and equal_tokens (2400 trained tokens), 8 steps
+    steps, tokens = {"step": 8, "budget": {"steps": 8}}, {"step": 3, "budget": {"trained_tokens": 2400}}
+    good = {"equal_steps": steps, "equal_tokens": tokens}
     assert budget_cuts(good, cfg, "b.json") == good
     with pytest.raises(DataError, match=r"b\.json: expected a cut for each budget .*got \[\]"):
         budget_cuts({}, cfg, "b.json")  # was: evaluated nothing and exited 0
     with pytest.raises(DataError, match=r"b\.json: budget 'equal_tokens' has no cut step .*'two'"):
-        budget_cuts(good | {"equal_tokens": {"step": "two"}}, cfg, "b.json")
+        budget_cuts(good | {"equal_tokens": tokens | {"step": "two"}}, cfg, "b.json")
+    # each was evaluated and reported as the cut it named (a step the run never took, another budget's cut)
+    with pytest.raises(DataError, match=r"budget 'equal_steps' has no cut step \(a whole number from 1 to .*, 8\)"):
+        budget_cuts(good | {"equal_steps": steps | {"step": 9}}, cfg, "b.json")
+    with pytest.raises(DataError, match=r"'equal_steps' was cut for \{'steps': 5\}, but params define it as \{'s"):
+        budget_cuts(good | {"equal_steps": steps | {"budget": {"steps": 5}}}, cfg, "b.json")
 
 
 @pytest.mark.parametrize(
@@ -346,11 +352,21 @@ def test_a_record_the_statistics_cannot_read_is_named(change, named):
         checked_record({k: v for k, v in (record | change).items() if v is not None}, "r.jsonl:4")
 
 
-def test_cells_that_file_one_question_under_two_benchmarks_are_refused():
+@pytest.mark.parametrize(
+    "change", [{"benchmark": "popqa"}, {"question": "Who else?"}, {"golden_answers": ["Bo"]}]
+)  # the last two: a records file of another question set under the same ids was paired and reported
+def test_cells_that_answer_one_id_as_two_questions_are_refused(change):
     from centralrl.compare import check_same_questions
 
-    cells = {"base": [{"id": "q1", "benchmark": "nq"}], "joint-seed0": [{"id": "q1", "benchmark": "popqa"}]}
-    with pytest.raises(DataError, match=re.escape("joint-seed0 answered other questions than base (1 vs 1; (id, ")):
+    row = {"id": "q1", "benchmark": "nq", "question": "Who?", "golden_answers": ["Ann"]}
+    cells = {"eval/base/records.jsonl": [row], "eval/joint/seed0/records.jsonl": [row | change]}
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "eval/joint/seed0/records.jsonl: answered other questions than eval/base/records.jsonl (1 vs 1; ids, "
+            "benchmarks, texts or golden answers differ for q1)"
+        ),
+    ):
         check_same_questions(cells)
 
 
@@ -373,13 +389,13 @@ def test_a_history_row_the_report_cannot_read_is_named(row, named):
         checked_history_row(row, "h.jsonl:3")
 
 
-@pytest.mark.parametrize("steps", [[2, 1], [1, 1]])
-def test_a_history_whose_steps_do_not_rise_is_named(steps):
-    # reversed rows turned a reward rise of +0.6 into -0.6 in the report
+@pytest.mark.parametrize("steps", [[2, 1], [1, 1], [1, 3], [2, 3]])
+def test_a_history_whose_steps_are_not_one_row_each_is_named(steps):
+    # reversed rows turned a reward rise of +0.6 into -0.6 in the report; a missing step made a run read shorter
     from stages.compare import checked_history
 
     assert checked_history([{"step": 1}, {"step": 2}], Path("h.jsonl"))
-    with pytest.raises(DataError, match=re.escape(f"h.jsonl: steps must rise one row after another, got {steps}")):
+    with pytest.raises(DataError, match=re.escape(f"h.jsonl: steps must be 1, 2, ... one row each, got {steps}")):
         checked_history([{"step": s} for s in steps], Path("h.jsonl"))
 
 
@@ -393,44 +409,53 @@ def test_an_empty_output_the_report_reads_is_named(tmp_path):
 
 
 GOOD_CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
+CUTS = {
+    "equal_steps": GOOD_CUT | {"budget": {"steps": 8}},
+    "equal_tokens": GOOD_CUT | {"budget": {"trained_tokens": 2400}},
+}
 
 
 @pytest.mark.parametrize(
     "cuts, named",
     [
         ([GOOD_CUT], "b.json: expected a mapping of budgets, got list"),
-        ({"steps": GOOD_CUT}, "b.json: budget 'tokens': no cut with its `spent`"),
-        ({"steps": GOOD_CUT, "tokens": {**GOOD_CUT, "reached": "yes"}}, "budget 'tokens': field 'reached' must be"),
-        ({"steps": GOOD_CUT, "tokens": {**GOOD_CUT, "spent": {"flops": 1.0}}}, "field 'spent.trained_tokens' must"),
+        ({"equal_steps": CUTS["equal_steps"]}, "b.json: budget 'equal_tokens': no cut with its `spent`"),
+        (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "reached": "yes"}}, "field 'reached' must be"),
+        (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "spent": {"flops": 1.0}}}, "'spent.trained_tokens' must"),
+        (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "step": 3}}, "cut at step 3, but its history holds 2"),
     ],
 )
 def test_budget_cuts_the_report_cannot_read_are_named(cuts, named):
+    from centralrl.config import Config
     from stages.compare import checked_cuts
 
-    assert checked_cuts({"steps": GOOD_CUT, "tokens": GOOD_CUT}, Path("b.json"), ["steps", "tokens"])
+    assert checked_cuts(CUTS, Path("b.json"), Config(), 2)  # budgets equal_steps and equal_tokens, 8 steps
     with pytest.raises(DataError, match=re.escape(named)):
-        checked_cuts(cuts, Path("b.json"), ["steps", "tokens"])
+        checked_cuts(cuts, Path("b.json"), Config(), 2)
 
 
 MOVED = {"adapter": "central", "calls": 4, "changed": 1, "changed_share": 0.25, "kl": 0.01}
-ROLES = ["central", "conclusion"]
+ADAPTERS = {"central": "central", "conclusion": "conclusion"}
+TRAINED = MOVED | {"adapter": "conclusion"}
 
 
 @pytest.mark.parametrize(
     "movement, named",
     [
         ({"steps": {"central": MOVED}}, "m.json: budget 'steps', role 'conclusion': missing"),
-        ({"steps": {"central": MOVED, "conclusion": {**MOVED, "kl": float("nan")}}}, "field 'kl' must be a finite"),
-        ({"steps": {"central": MOVED, "conclusion": {**MOVED, "changed": "3"}}}, "field 'changed' must be a finite"),
+        ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "kl": float("nan")}}}, "field 'kl' must be a finite"),
+        ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "changed": "3"}}}, "field 'changed' must be a finite"),
+        ({"steps": {"central": MOVED, "conclusion": MOVED}}, "adapter 'central', but this arm gives it 'conclusion'"),
+        ({"steps": {"central": {**MOVED, "changed_share": 0.5}, "conclusion": MOVED}}, "1 changed of 4 calls with"),
     ],
 )
 def test_a_movement_file_the_report_cannot_read_is_named(movement, named):
     from stages.compare import checked_movement
 
-    frozen = {"adapter": None, "calls": 0, "changed": 0, "changed_share": None, "kl": None}
-    assert checked_movement({"steps": {"central": MOVED, "conclusion": frozen}}, Path("m.json"), ["steps"], ROLES)
+    still = {"adapter": "conclusion", "calls": 0, "changed": 0, "changed_share": None, "kl": None}
+    assert checked_movement({"steps": {"central": MOVED, "conclusion": still}}, Path("m.json"), ["steps"], ADAPTERS)
     with pytest.raises(DataError, match=re.escape(named)):
-        checked_movement(movement, Path("m.json"), ["steps"], ROLES)
+        checked_movement(movement, Path("m.json"), ["steps"], ADAPTERS)
 
 
 def test_a_pattern_with_an_unknown_placeholder_is_a_usage_error(capsys):

@@ -11,7 +11,8 @@ from centralrl.compute import PhaseClock
 from centralrl.config import LoraConfig, RoleTokens
 from centralrl.harness.engine import Generation, RolePolicy
 from centralrl.harness.episodes import RunSettings, run_central, run_single_agent
-from centralrl.models.adapters import attach_adapters, load_adapters, role_adapters, save_adapters
+from centralrl.config import role_adapters
+from centralrl.models.adapters import attach_adapters, load_adapters, save_adapters
 from centralrl.models.backbone import load_backbone
 from centralrl.retrieval.base import Hit
 

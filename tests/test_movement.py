@@ -16,7 +16,8 @@ from centralrl.config import load_config
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import RunSettings, run_central
 from centralrl.io import read_json, write_json
-from centralrl.models.adapters import acting_as, attach_adapters, role_adapters, save_adapters
+from centralrl.config import role_adapters
+from centralrl.models.adapters import acting_as, attach_adapters, save_adapters
 from centralrl.models.backbone import load_backbone
 from centralrl.movement import call_movement, position_kl
 from centralrl.report import movement_notes, movement_section
@@ -87,7 +88,8 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
     first = sorted(cfg.budgets)[0]
     for budget in cfg.budgets:  # every cut at the same step: the same adapters in each budget's folder
         save_adapters(model, folder / out / "adapters" / budget)
-    write_json(folder / out / "budgets.json", {budget: {"step": 1} for budget in cfg.budgets})
+    cuts = {name: {"step": 1, "budget": budget.model_dump(exclude_none=True)} for name, budget in cfg.budgets.items()}
+    write_json(folder / out / "budgets.json", cuts)
     evaluate.main(
         [
             "--params",

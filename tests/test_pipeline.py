@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from centralrl.attribution import PLACES
-from centralrl.errors import ConfigError, DataError
+from centralrl.errors import BackboneError, ConfigError, DataError
 from stages import build_index, prepare_data
 
 from conftest import REPO, session_prefect_env, write_params
@@ -212,6 +212,18 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
         module, *argv = shlex.split(stage["cmd"])[2:]  # python -m stages.<name> ...
         importlib.import_module(module).main(argv)
     assert [path for path, files in made.items() if _bytes_under(tmp_path / path) != files] == []
+
+    # a damaged cut is named before any cut is evaluated, and the stage's output is whole or absent: a failure
+    # in the second cut left the first one's records behind
+    cuts = json.loads((tmp_path / "train/main/joint/seed0/budgets.json").read_text())
+    last = min(b for b in cuts if cuts[b]["step"] == max(cut["step"] for cut in cuts.values()))
+    weights = tmp_path / "train/main/joint/seed0/adapters" / last / "central" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    shutil.rmtree(tmp_path / "eval/main/joint/seed0")
+    module, *argv = shlex.split(yaml.safe_load(lock)["stages"]["evaluate@joint-0-main"]["cmd"])[2:]
+    with pytest.raises(BackboneError, match=f"{last}/central: not a LoRA adapter this model can load"):
+        importlib.import_module(module).main(argv)
+    assert not (tmp_path / "eval/main/joint/seed0").exists()
 
 
 def _bytes_under(path: Path) -> dict[str, bytes]:

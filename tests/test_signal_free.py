@@ -15,7 +15,8 @@ from conftest import TOY, toy_questions, write_params
 
 def _trainer(tiny_backbone, tmp_path, trainable: list[str], grpo: dict | None = None, health: dict | None = None):
     from centralrl.harness.engine import RolePolicy
-    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import attach_adapters
     from centralrl.models.backbone import load_backbone
     from centralrl.retrieval.bm25 import Bm25sIndex
     from centralrl.rl.trainer import Trainer

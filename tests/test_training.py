@@ -65,7 +65,8 @@ def adapter_weights(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
 def fresh_adapter_weights(folder: Path, params: Path, arm: str) -> dict[str, dict[str, torch.Tensor]]:
     """What the arm's adapters are before any step: the same seeded initialisation the trainer uses."""
     from centralrl.config import TOPOLOGY_ROLES
-    from centralrl.models.adapters import attach_adapters, role_adapters, save_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import attach_adapters, save_adapters
     from centralrl.models.backbone import load_backbone
     from centralrl.seeding import derive_seed
 
@@ -162,7 +163,8 @@ def test_the_starts_dev_scores_are_scored_by_one_cell_and_read_by_the_others(smo
 
 def test_joint_trains_all_three_adapters(smoke_run):
     from centralrl.harness.engine import Generation, RolePolicy
-    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import attach_adapters
     from centralrl.models.backbone import load_backbone
     from centralrl.retrieval import open_retriever
     from centralrl.rl.trainer import Trainer
@@ -258,7 +260,8 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
     """A conclusion-only arm (arms are data) on the toy task. Measured here: mean reward 0.31, 0.38, 0.28, 0.59 in
     the first four steps, 1.0 from the fifth on."""
     from centralrl.harness.engine import RolePolicy
-    from centralrl.models.adapters import attach_adapters, role_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import attach_adapters
     from centralrl.models.backbone import load_backbone
     from centralrl.retrieval.bm25 import Bm25sIndex
     from centralrl.rl.trainer import Trainer

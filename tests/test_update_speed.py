@@ -12,7 +12,8 @@ import torch
 
 from centralrl.config import Config, GrpoConfig, LoraConfig
 from centralrl.harness.engine import open_policy
-from centralrl.models.adapters import attach_adapters, frozen_linears_in, role_adapters, set_activation_checkpointing
+from centralrl.config import role_adapters
+from centralrl.models.adapters import attach_adapters, frozen_linears_in, set_activation_checkpointing
 from centralrl.models.backbone import load_backbone
 from centralrl.rl import trainer
 from centralrl.rl.grpo import grpo_loss, token_logprobs

@@ -111,7 +111,8 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
     model on the same ids (the processed_logprobs semantics the trainer relies on)."""
     from centralrl.config import ModelConfig, TinyQwen2Config, VllmConfig
     from centralrl.harness.protocol import PREFILL
-    from centralrl.models.adapters import acting_as, attach_adapters, role_adapters
+    from centralrl.config import role_adapters
+    from centralrl.models.adapters import acting_as, attach_adapters
     from centralrl.models.backbone import prepare_backbone
 
     folder = tmp_path / "tiny"  # head size 64: one vLLM's attention backends all take

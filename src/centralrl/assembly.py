@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from centralrl.config import TOPOLOGY_ROLES, Config
+from centralrl.config import Config
 from centralrl.hardware import pick_device
 from centralrl.harness.engine import RolePolicy, open_policy
 from centralrl.harness.episodes import RunSettings
-from centralrl.models.adapters import attach_adapters, load_adapters, role_adapters
+from centralrl.models.adapters import attach_adapters, load_adapters
 from centralrl.models.backbone import load_backbone
 from centralrl.seeding import derive_seed
 
@@ -31,12 +31,6 @@ def load_model(
     return model.to(device or pick_device(cfg.harness.device)), tokenizer
 
 
-def arm_adapters(cfg: Config, arm: str) -> dict[str, str | None]:
-    """Role -> the adapter `arm` trains for it, or None for a frozen role."""
-    spec = cfg.arm(arm)
-    return role_adapters(spec.trainable_roles, spec.sharing or cfg.lora.sharing, TOPOLOGY_ROLES[spec.topology])
-
-
 def trained_policy(
     cfg: Config, backbone: str, model_dir: str | Path, adapters_dir: str | Path | None = None, arm: str | None = None
 ) -> RolePolicy:
@@ -45,7 +39,7 @@ def trained_policy(
     model, tokenizer = load_model(cfg, backbone, model_dir)
     adapters: dict[str, str | None] = {}
     if adapters_dir is not None:
-        adapters = arm_adapters(cfg, arm)
+        adapters = cfg.arm_adapters(arm)
         model = load_adapters(model, adapters_dir, {a for a in adapters.values() if a})
     return open_policy(cfg.harness, model, tokenizer, adapters, model_dir)
 
@@ -56,7 +50,7 @@ def fresh_policy(
     """The policy a GRPO run starts from: the starting checkpoint on `device` with new LoRA adapters for the
     arm's trainable roles, initialised from `seed` alone, so every arm of a seed starts from the same weights."""
     model, tokenizer = load_model(cfg, backbone, model_dir, device=device)
-    adapters = arm_adapters(cfg, arm)
+    adapters = cfg.arm_adapters(arm)
     torch.manual_seed(derive_seed(seed, "lora-init"))
     return open_policy(cfg.harness, attach_adapters(model, adapters, cfg.lora), tokenizer, adapters, model_dir)
 

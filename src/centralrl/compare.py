@@ -99,20 +99,24 @@ def score_groups(records: Sequence[dict], metric: str) -> dict[str, list[float]]
 
 
 def check_same_questions(records: Mapping[str, Sequence[dict]]) -> None:
-    """Every evaluated cell must answer exactly the same questions, each once and under the same benchmark, or
-    nothing can be paired (nor macro-averaged over the same benchmarks)."""
-    asked = {name: sorted((r["id"], r["benchmark"]) for r in rows) for name, rows in records.items()}
+    """Every evaluated cell (named by its records file, or its cell) must answer exactly the same questions, each
+    once, under the same benchmark, with the same text and golden answers, or nothing can be paired (nor
+    macro-averaged over the same benchmarks)."""
+    asked = {
+        name: sorted((r["id"], r["benchmark"], r["question"], tuple(r["golden_answers"])) for r in rows)
+        for name, rows in records.items()
+    }
     for name, got in asked.items():
-        twice = ", ".join(str(q) for q, n in sorted(Counter(got).items()) if n > 1)
+        twice = ", ".join(q[0] for q, n in sorted(Counter(got).items()) if n > 1)
         if twice:
-            raise DataError(f"{name} answered (id, benchmark) {twice} more than once; rerun its evaluation")
+            raise DataError(f"{name}: answered {twice} more than once; rerun its evaluation")
     first, expected = next(iter(asked.items()))
     for name, got in asked.items():
         if got != expected:
-            odd = ", ".join(map(str, sorted(set(got) ^ set(expected))[:4]))
+            odd = ", ".join(sorted({q[0] for q in set(got) ^ set(expected)})[:4])
             raise DataError(
-                f"{name} answered other questions than {first} ({len(got)} vs {len(expected)}; (id, benchmark) in "
-                f"one only: {odd}); rerun its evaluation"
+                f"{name}: answered other questions than {first} ({len(got)} vs {len(expected)}; ids, benchmarks, "
+                f"texts or golden answers differ for {odd}); rerun its evaluation"
             )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 import sys
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -498,6 +498,22 @@ class EvaluateConfig(Section):
 
 
 TOPOLOGY_ROLES = {"central": ROLES, "single_agent": ("agent",)}
+SHARED = "shared"
+
+
+def role_adapters(trainable_roles: Iterable[str], sharing: str, roles: Iterable[str] = ROLES) -> dict[str, str | None]:
+    """Map every role of a topology to its adapter name, or None when it is frozen.
+
+    >>> role_adapters(["central"], "per_role")
+    {'central': 'central', 'retrieval': None, 'conclusion': None}
+    >>> role_adapters(["central", "conclusion"], "shared")
+    {'central': 'shared', 'retrieval': None, 'conclusion': 'shared'}
+    """
+    trainable, roles = set(trainable_roles), tuple(roles)
+    unknown = trainable - set(roles)
+    if unknown:
+        raise ConfigError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(roles)}")
+    return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in roles}
 
 
 NAME_PATTERN = r"^[A-Za-z0-9_]+$"  # DVC joins matrix values with "-", so names must not contain one
@@ -950,6 +966,26 @@ class Config(Section):
         if name not in self.arms:
             raise ConfigError(f"arms has no {name!r}; known arms: {', '.join(self.arms)}")
         return self.arms[name]
+
+    def cut_problem(self, name: str, cut: object) -> str | None:
+        """What is wrong with budget `name`'s cut in a budgets.json, or None: its step a whole number from 1 to
+        `train.grpo.steps`, its budget the one params define (an edited or foreign file was evaluated and reported
+        as a cut it is not)."""
+        step = cut.get("step") if isinstance(cut, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= self.train.grpo.steps:
+            return (
+                f"budget {name!r} has no cut step (a whole number from 1 to train.grpo.steps, "
+                f"{self.train.grpo.steps}), got {step!r}"
+            )
+        wanted = self.budgets[name].model_dump(exclude_none=True)
+        if cut.get("budget") != wanted:
+            return f"budget {name!r} was cut for {cut.get('budget')!r}, but params define it as {wanted!r}"
+        return None
+
+    def arm_adapters(self, name: str) -> dict[str, str | None]:
+        """Role -> the adapter arm `name` trains for it, or None for a frozen role."""
+        spec = self.arm(name)
+        return role_adapters(spec.trainable_roles, spec.sharing or self.lora.sharing, TOPOLOGY_ROLES[spec.topology])
 
     def reference(self, name: str) -> ReferenceConfig:
         if name not in self.references:

@@ -139,15 +139,15 @@ def compute_spent(episodes: Sequence[Episode], shape: ModelShape) -> dict[str, f
 
 
 def budget_cuts(cuts: object, cfg: Config, path: str) -> dict:
-    """A train stage's budgets.json, checked against the params: one cut per budget of `budgets`, each at a
-    step of at least 1 (a missing budget would leave its comparison without this cell, silently)."""
+    """A train stage's budgets.json, checked against the params: one cut per budget of `budgets` (a missing
+    budget would leave its comparison without this cell, silently), each as `Config.cut_problem` wants it."""
     if not isinstance(cuts, dict) or sorted(cuts) != sorted(cfg.budgets):
         found = sorted(cuts) if isinstance(cuts, dict) else type(cuts).__name__
         raise DataError(f"{path}: expected a cut for each budget of the params ({sorted(cfg.budgets)}), got {found}")
     for name, cut in cuts.items():
-        step = cut.get("step") if isinstance(cut, dict) else None
-        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-            raise DataError(f"{path}: budget {name!r} has no cut step (an integer >= 1), got {cut!r}")
+        problem = cfg.cut_problem(name, cut)
+        if problem:
+            raise DataError(f"{path}: {problem}")
     return cuts
 
 

@@ -116,7 +116,8 @@ def _history_keys(histories: Histories) -> set[str]:
 
 
 def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
-    """`key` over step, one line per (arm, seed) whose rows have it: color per arm, linestyle per seed."""
+    """`key` over step, one line per (arm, seed) whose rows have it: color per arm, linestyle per seed; a run
+    with one point is a marker (a line of one point draws nothing)."""
     colors = arm_colors(list(histories))
     seeds = sorted({seed for runs in histories.values() for seed in runs})
     for arm in sorted(histories):
@@ -128,6 +129,7 @@ def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
                     [r[key] for r in rows],
                     color=colors[arm],
                     linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
+                    marker="o" if len(rows) == 1 else None,
                     label=f"{arm} seed {seed}",
                 )
     _finish(ax, title, "step", key)

@@ -264,25 +264,30 @@ def _rewards_and_quarter(rows: list[Mapping[str, float]]) -> tuple[list[float], 
 def rise_noise(rows: list[Mapping[str, float]]) -> float | None:
     """The standard error the reward rise would have if the policy never changed: s * sqrt(2 / quarter), s the
     spread (sample SD) of the run's step rewards, each step an independent draw of questions and samples. A real
-    trend widens s, so this errs towards calling a rise noise. None below 2 steps.
+    trend widens s, so this errs towards calling a rise noise. None below 2 steps, or when every step's reward is
+    the same (no spread to measure the noise by: the smoke run's steps had no informative group).
 
     >>> round(rise_noise([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)]), 4)
     0.2449
+    >>> rise_noise([{"reward_mean": 0.5}] * 4) is None
+    True
     """
     rewards, quarter = _rewards_and_quarter(rows)
-    return statistics.stdev(rewards) * math.sqrt(2 / quarter) if len(rewards) > 1 else None
+    spread = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
+    return spread * math.sqrt(2 / quarter) if spread > 0 else None
 
 
 def steps_to_detect(rows: list[Mapping[str, float]], rise: float, level: float, power: float) -> int | None:
     """Steps a run would need for `rise` to be its detectable rise, at its own step-to-step spread s: quarters of
-    q steps with (z_(1-alpha/2) + z_power) x s x sqrt(2 / q) <= rise. None below 2 steps.
+    q steps with (z_(1-alpha/2) + z_power) x s x sqrt(2 / q) <= rise. None where `rise_noise` is (a spread of 0
+    said 4 steps would do, beside a noise that could not be measured).
 
     >>> steps_to_detect([{"reward_mean": r} for r in (0.1, 0.3, 0.0, 0.2, 0.4, 0.6, 0.5, 0.7)], 0.1, 0.95, 0.8)
     380
     """
-    rewards, _ = _rewards_and_quarter(rows)
-    if len(rewards) < 2:
+    if rise_noise(rows) is None:
         return None
+    rewards, _ = _rewards_and_quarter(rows)
     spread = minimum_detectable_difference(statistics.stdev(rewards), level=level, power=power)
     return 4 * max(1, math.ceil(2 * (spread / rise) ** 2))
 

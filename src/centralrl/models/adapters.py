@@ -21,27 +21,11 @@ import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 from safetensors import SafetensorError
+from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
-from centralrl.config import ROLES, LoraConfig
+from centralrl.config import ROLES, SHARED, LoraConfig
 from centralrl.errors import BackboneError, ConfigError, DataError
-
-SHARED = "shared"
-
-
-def role_adapters(trainable_roles: Iterable[str], sharing: str, roles: Iterable[str] = ROLES) -> dict[str, str | None]:
-    """Map every role of a topology to its adapter name, or None when it is frozen.
-
-    >>> role_adapters(["central"], "per_role")
-    {'central': 'central', 'retrieval': None, 'conclusion': None}
-    >>> role_adapters(["central", "conclusion"], "shared")
-    {'central': 'shared', 'retrieval': None, 'conclusion': 'shared'}
-    """
-    trainable, roles = set(trainable_roles), tuple(roles)
-    unknown = trainable - set(roles)
-    if unknown:
-        raise ConfigError(f"unknown role(s) {sorted(unknown)}; roles are {', '.join(roles)}")
-    return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in roles}
 
 
 def adapters_of(model: PreTrainedModel) -> dict[str, str | None]:
@@ -138,10 +122,11 @@ def _canonical_config(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Iterable[str]) -> PreTrainedModel:
-    """Load the adapters saved by `save_adapters` in `directory` onto `model` (a plain backbone). They must be
-    exactly `expected` (the adapters the arm trains): a folder that lost one, or holds another arm's, would
-    otherwise be evaluated as something it is not. An adapter that cannot be read is a BackboneError naming it."""
+def checked_adapters(directory: str | Path, expected: Iterable[str]) -> list[Path]:
+    """The adapter folders `save_adapters` wrote in `directory`, which must be exactly `expected` (the adapters
+    the arm trains: a folder that lost one, or holds another arm's, would otherwise be evaluated as something it
+    is not), each one's weights read whole and finite: an adapter that cannot be read is a BackboneError naming
+    it, found before any work (an evaluation met a damaged second cut after evaluating the first)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: no such folder of adapters (the train stage writes one per budget)")
@@ -149,6 +134,19 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Itera
     found, wanted = [f.name for f in folders], sorted(set(expected))
     if found != wanted:
         raise DataError(f"{directory}: holds adapters {found}, but the arm trains {wanted}")
+    for folder in folders:
+        with _naming(folder):
+            weights = load_file(folder / "adapter_model.safetensors")
+        bad = _non_finite(weights.items())
+        if bad:
+            raise BackboneError(f"{folder}: {bad} non-finite (NaN or infinite): a damaged or diverged adapter")
+    return folders
+
+
+def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Iterable[str]) -> PreTrainedModel:
+    """Load the adapters saved by `save_adapters` in `directory` onto `model` (a plain backbone), once
+    `checked_adapters` has read them."""
+    folders = checked_adapters(directory, expected)
     if not folders:
         return model
     with _wrapping(), _naming(folders[0]):
@@ -156,17 +154,17 @@ def load_adapters(model: PreTrainedModel, directory: str | Path, expected: Itera
     for folder in folders[1:]:
         with _naming(folder):
             peft_model.load_adapter(str(folder), adapter_name=folder.name)
-    for folder in folders:
-        bad = non_finite_weights(peft_model, folder.name)
-        if bad:
-            raise BackboneError(f"{folder}: {bad} non-finite (NaN or infinite): a damaged or diverged adapter")
     return peft_model
 
 
 def non_finite_weights(model: PeftModel, adapter: str) -> str:
     """'' when every weight of `adapter` is finite, else the first tensor that is not and how many more: such an
     adapter's every output is garbage and its movement and KL NaN."""
-    bad = [name for name, p in model.named_parameters() if f".{adapter}." in name and not torch.isfinite(p).all()]
+    return _non_finite((name, p) for name, p in model.named_parameters() if f".{adapter}." in name)
+
+
+def _non_finite(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
+    bad = [name for name, tensor in tensors if not torch.isfinite(tensor).all()]
     return f"{bad[0]}{f' and {len(bad) - 1} more tensors' if len(bad) > 1 else ''}" if bad else ""
 
 
