@@ -97,9 +97,13 @@ def write_indented_json(path: str, obj: object) -> None:
 
 
 def run_main(main: Callable[[], object]) -> None:
-    """Run a script's `main`; a CentralRLError prints one line naming the script and exits 1."""
+    """Run a script's `main`; a CentralRLError prints one line naming the script and exits 1, Ctrl-C one line
+    and 130 (its traceback said nothing more)."""
     try:
         main()
     except CentralRLError as error:
         print(f"{Path(sys.argv[0]).stem}: error: {redact(str(error))}", file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"{Path(sys.argv[0]).stem}: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)

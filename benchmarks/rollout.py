@@ -510,7 +510,8 @@ def old_vs_new(cfg, args) -> dict:
 
 def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
-    out = check_out(args.out or f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json")
+    default = f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json"
+    out = check_out(default if args.out is None else args.out)  # '' is refused, not the default
 
     cfg = load_config(args.params)
     h = cfg.harness

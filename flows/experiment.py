@@ -71,7 +71,7 @@ def _hint(argv: list[str], tail: list[str]) -> str:
 
 @flow(name="experiment")
 def experiment(
-    profile: str = "default",
+    profile: str | None = None,
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     targets: list[str] | None = None,
@@ -79,15 +79,15 @@ def experiment(
     repo: str | None = None,
 ) -> list[str]:
     """Reproduce the pipeline (or `targets`, DVC stage or group names) with `profile` and `seeds` (None: as
-    params.yaml says), only for `arms` when given; `dry_run` prints what would run (`--dry`). Returns the
-    last output lines."""
+    params.yaml says; a literal "default" overrode a params.yaml whose profile was smoke), only for `arms` when
+    given; `dry_run` prints what would run (`--dry`). Returns the last output lines."""
     root = str(Path(repo or REPO).resolve())
     return run_dvc(root, plan(root, profile, arms, seeds, targets, dry_run))
 
 
 @flow(name="evaluation")
 def evaluation(
-    profile: str = "default",
+    profile: str | None = None,
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     dry_run: bool = False,
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python flows/experiment.py [--dry] ...`: the experiment flow as the deployment runs it, from a shell."""
     parser = argparse.ArgumentParser(prog="python flows/experiment.py", description=experiment.description)
     parser.add_argument("--dry", action="store_true", help="print what would run (dvc --dry)")
-    parser.add_argument("--profile", default="default", help="a profile of profiles/ (default: %(default)s)")
+    parser.add_argument("--profile", help="a profile of profiles/ (default: params.yaml's)")
     parser.add_argument("--arms", nargs="+", help="only these arms' train and evaluate stages")
     parser.add_argument("--seeds", nargs="+", type=seed, help="these seeds instead of params.yaml's")
     parser.add_argument("--targets", nargs="+", help="DVC stage or group names (default: the whole pipeline)")
@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     except CentralRLError as error:
         print(f"experiment: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # dvc and its stage were stopped (`dvc_runs.stream`); a traceback says nothing more
+        print("experiment: interrupted; a rerun resumes training from its last saved step", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -108,6 +108,9 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     with pytest.raises(SystemExit):  # was: an error naming a temporary file in the folder's parent
         main([*args, "--out", str(tmp_path)])
     assert f"--out {tmp_path}: a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # was: the tables printed, nothing written, exit 0
+        main([*args, "--out", ""])
+    assert "--out: blank; give the JSON file to write" in capsys.readouterr().err
     (tmp_path / "none.jsonl").write_text("")
     assert main([str(tmp_path / "none.jsonl"), *args[1:]]) == 1  # was: a table of 0 questions
     assert "none.jsonl: no records" in capsys.readouterr().err

@@ -158,6 +158,7 @@ def test_check_refuses_a_file_dvc_would_not_read_as_a_pipeline(tmp_path):
         ),
         ("stages:\n  a:\n    cmd: echo ${x}\n", "schema: '2.0'\nstages: {}\n", "failed to parse 'stages.a.cmd'"),
         ("stages:\n  a:\n    cmd: echo\n", None, "dvc.lock: no such file (nothing to refresh: run dvc repro)"),
+        ("stages:\n  a:\n    cmd: echo\n", "folder", "dvc.lock: a folder, not a lock file (nothing to refresh"),
         ("stages:\n  a:\n    cmd: echo\n", "schema: '2.0'\n", "dvc.lock: not a DVC lock file (no stages mapping)"),
     ],
 )
@@ -165,11 +166,13 @@ def test_a_pipeline_dvc_cannot_read_is_one_line(tmp_path, capsys, dvc_yaml, lock
     """Each was a DVC traceback (or a KeyError) of 20-114 lines; dvc.lock is left as it was."""
     (tmp_path / ".dvc").mkdir()
     (tmp_path / "dvc.yaml").write_text(dvc_yaml)
-    if lock is not None:
+    if lock == "folder":  # was: "no such file"
+        (tmp_path / "dvc.lock").mkdir()
+    elif lock is not None:
         (tmp_path / "dvc.lock").write_text(lock)
     assert main(["--refresh-lock", str(tmp_path / "dvc.yaml")]) == 1
     assert message in capsys.readouterr().err
-    assert lock is None or (tmp_path / "dvc.lock").read_text() == lock
+    assert lock in (None, "folder") or (tmp_path / "dvc.lock").read_text() == lock
 
 
 @pytest.mark.slow

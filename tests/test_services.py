@@ -90,6 +90,26 @@ def test_an_empty_selection_is_refused_not_read_as_everything(empty):
         dvc_runs.dvc_command(PARAMS, "default", chosen["arms"], chosen["seeds"], chosen["targets"], True)
 
 
+@pytest.mark.parametrize("name", ["arms", "targets"])
+def test_a_blank_name_in_a_selection_is_refused(name):
+    """`--targets ''` ran `dvc exp run ... ''`, which DVC read as the whole pipeline."""
+    chosen = {"arms": ["joint"], "targets": ["evaluate"]} | {name: ["evaluate", " "]}
+    with pytest.raises(ConfigError, match=f"{name}: a blank name selects nothing"):
+        dvc_runs.dvc_command(PARAMS, "default", chosen["arms"], [0], chosen["targets"], True)
+
+
+def test_the_experiment_script_keeps_params_yamls_profile_unless_told(tmp_path):
+    """`--profile` defaulted to the literal "default": with `profile: smoke` in params.yaml, a plain run started
+    `dvc exp run -S profile=default`, the hour-long experiment, and wrote default back into params.yaml."""
+    from flows.experiment import command
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    params = yaml.safe_load((REPO / "params.yaml").read_text()) | {"profile": "smoke"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert command(str(tmp_path), None, None, None, ["train"], True)[3:] == ["repro", "--dry", "train"]
+    assert "profile=default" in command(str(tmp_path), "default", None, None, None, True)
+
+
 @pytest.mark.parametrize(("name", "twice"), [("arms", ["joint", "joint"]), ("seeds", [1, 0, 1])])
 def test_a_selection_naming_something_twice_is_refused_before_dvc_writes_params(name, twice):
     """`--seeds 1 1` ran `dvc exp run -S seeds=[1,1]`: DVC wrote it into params.yaml, and a stage refused it later."""
@@ -494,6 +514,15 @@ def test_a_port_out_of_range_is_a_usage_error(port, capsys):
             "'psycopg2-binary')",
         ),
         (["--mlflow-store", "mysql+nodriver://db/m"], "driver 'nodriver' of mysql is not one SQLAlchemy knows"),
+        (  # MLflow made the folder and a new store there, in silence
+            ["--mlflow-store", "sqlite:///{file}-nope/x.db"],
+            "sqlite:///{file}-nope/x.db: its folder {file}-nope does not exist (make it, or correct the path)",
+        ),
+        (
+            ["--log-dir", "/proc/x"],
+            "argument --log-dir: /proc/x: cannot be made: /proc takes no new file",
+        ),  # traceback
+        (["--prefect-home", ""], "argument --prefect-home: a blank folder; name one"),  # was: the working directory
         (
             ["--timeout", "-1"],
             "argument --timeout: '-1' is not a number of seconds above 0",

@@ -139,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="its harness.passage_chars: what a role is shown")
     parser.add_argument("--out", help="also write the tables here (JSON)")
     args = parser.parse_args(argv)
+    if args.out is not None and not args.out.strip():  # it printed the tables and wrote nothing, exit 0
+        parser.error("--out: blank; give the JSON file to write")
     if args.out and Path(args.out).is_dir():
         parser.error(f"--out {args.out}: a folder; give the JSON file to write")
     from centralrl.config import load_config

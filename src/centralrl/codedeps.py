@@ -137,7 +137,8 @@ def refresh_lock_deps(dvc_yaml: Path, keep: Iterable[str] = ()) -> list[str]:
 
     root = Path(dvc_yaml).resolve().parent
     if not (root / "dvc.lock").is_file():
-        raise CentralRLError(f"{root / 'dvc.lock'}: no such file (nothing to refresh: run dvc repro)")
+        kind = "a folder, not a lock file" if (root / "dvc.lock").is_dir() else "no such file"
+        raise CentralRLError(f"{root / 'dvc.lock'}: {kind} (nothing to refresh: run dvc repro)")
     with _open_repo(root) as repo, modify_yaml(str(root / "dvc.lock")) as lock:
         if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):
             raise CentralRLError(f"{root / 'dvc.lock'}: not a DVC lock file (no stages mapping)")
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
     except DvcException as error:  # a malformed dvc.yaml or dvc.lock, or no DVC project: DVC says which and why
         print(f"error: {dvc_yaml}: DVC cannot read the pipeline: {dvc_reason(error)}", file=sys.stderr)
+    except OSError as error:  # a dvc.lock that cannot be written (read-only, immutable): left as it was
+        print(f"error: {error.filename or dvc_yaml}: {error.strerror or error}", file=sys.stderr)
     return 1
 
 

@@ -124,6 +124,8 @@ def dvc_command(
     for name, chosen in (("arms", arms), ("seeds", seeds), ("targets", targets)):
         if chosen is not None and not chosen:
             raise ConfigError(f"{name}: an empty list selects nothing; name at least one, or leave {name} out for all")
+        if any(isinstance(item, str) and not item.strip() for item in chosen or ()):  # `--targets ''`: dvc ran all
+            raise ConfigError(f"{name}: a blank name selects nothing (DVC read it as the whole pipeline)")
         twice = sorted(str(item) for item, count in collections.Counter(chosen or ()).items() if count > 1)
         if twice:  # params would refuse them, but only after `dvc exp run` had written them into params.yaml
             raise ConfigError(f"{name}: {', '.join(twice)} given twice; name each once")

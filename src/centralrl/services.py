@@ -490,10 +490,16 @@ def check_prefect_api(url: str, timeout: float = 5.0) -> None:
 
 def folder_path(text: str) -> str:
     """A folder from the command line: one that exists, or that can still be made (nothing else in its way, the
-    path itself or a folder above it)."""
+    path itself or a folder above it, and a folder there that takes new files: /proc/x was a traceback); not
+    blank (it meant the working directory, in silence)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a blank folder; name one")
     blocked = file_in_the_way([Path(text), *Path(text).parents])
     if blocked is not None:
         raise argparse.ArgumentTypeError(f"{text}: {blocked} exists and is not a folder")
+    refused = None if Path(text).is_dir() else folder_refuses_files(Path(text))
+    if refused is not None:
+        raise argparse.ArgumentTypeError(f"{text}: cannot be made: {refused}")
     return text
 
 
@@ -505,7 +511,7 @@ def store_uri(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{redact(text)}: not a database URI (sqlite:///mlflow.db, postgresql://..., mysql://..., mssql://...)"
         )
-    problem = missing_driver(text)
+    problem = missing_driver(text) or unusable_sqlite_file(text)  # a typo'd folder: MLflow made a new store there
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{redact(text)}: {problem}")
     return text
