@@ -135,8 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog="Places (where a wrong episode last had a golden answer): " + ", ".join(PLACES),
     )
     parser.add_argument("records", nargs="+", help="records.jsonl files written by the evaluate stage")
-    parser.add_argument("--corpus", default="data/corpus.jsonl", help="the corpus the index was built from")
-    parser.add_argument("--params", default="params.yaml", help="its harness.passage_chars: what a role is shown")
+    parser.add_argument(
+        "--corpus", default="data/corpus.jsonl", help="the corpus the index was built from (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--params",
+        default="params.yaml",
+        help="its harness.passage_chars: what a role is shown (default: %(default)s)",
+    )
     parser.add_argument("--out", help="also write the tables here (JSON)")
     args = parser.parse_args(argv)
     if args.out is not None and not args.out.strip():  # it printed the tables and wrote nothing, exit 0

@@ -270,7 +270,7 @@ def wait_healthy(service: Service, timeout: float = 90.0, interval: float = 0.5)
             return
         time.sleep(interval)
     raise ServiceError(
-        f"{service.name} did not answer {service.health_url} within {timeout:.0f} s; "
+        f"{service.name} did not answer {service.health_url} within {timeout:g} s; "
         f"last lines of {service.log}:\n{service.tail()}"
     )
 
