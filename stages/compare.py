@@ -11,7 +11,7 @@ import argparse
 import math
 import string
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
@@ -173,8 +173,7 @@ def _data_counts(data: str | None, records: dict) -> dict | None:
     if data is None:
         return None
     counts = checked_data_counts(_json(Path(data), "prepare_data"), Path(data), _benchmarks(records))
-    rows = next(iter(next(iter(next(iter(next(iter(records.values())).values())).values())).values()))
-    answered = Counter(row["benchmark"] for row in rows)  # every cell answers the same questions (load_cells)
+    answered = Counter(row["benchmark"] for row in next(_cells(records)))  # every cell answers the same (load_cells)
     for bench, n in sorted(answered.items()):
         if n != counts["test"][bench]["questions"]:
             raise DataError(
@@ -186,14 +185,18 @@ def _data_counts(data: str | None, records: dict) -> dict | None:
 
 def _benchmarks(records: dict) -> set[str]:
     """The benchmarks answered in records[backbone][arm][seed][budget]."""
-    cells = (
+    return {row["benchmark"] for rows in _cells(records) for row in rows}
+
+
+def _cells(records: dict) -> Iterator[list[dict]]:
+    """The records of each cell of records[backbone][arm][seed][budget]."""
+    return (
         rows
         for arms in records.values()
         for seeds in arms.values()
         for budgets in seeds.values()
         for rows in budgets.values()
     )
-    return {row["benchmark"] for rows in cells for row in rows}
 
 
 def _rows(path: Path, stage: str, check: Callable[[dict, str], dict] = lambda row, where: row) -> list[dict]:
