@@ -106,3 +106,15 @@ def test_a_scratch_folder_left_by_a_killed_process_is_removed_by_the_next(tmp_pa
     assert left.parent == mine.parent == tmp_path and left.name.startswith(".logs.")
     assert not left.exists() and mine.is_dir()
     assert scratch_folder("logs").is_dir() and mine.is_dir()  # a live process's folder is kept
+
+
+@pytest.mark.parametrize(
+    ("path", "says"), [("/dev/null", "not a regular file"), ("{tmp}", "a folder, not a file"), ("{tmp}/x", "no such")]
+)
+def test_a_path_that_is_no_file_is_named_for_what_it_is(tmp_path, path, says):
+    """/dev/null, read as records, was said to be missing ("no such file")."""
+    from centralrl.errors import DataError
+    from centralrl.io import require_file
+
+    with pytest.raises(DataError, match=f"{path.format(tmp=tmp_path)}: {says}"):
+        require_file(path.format(tmp=tmp_path))

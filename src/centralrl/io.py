@@ -269,10 +269,12 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
 
 
 def require_file(path: str | Path) -> Path:
-    """`path` as a Path, or DataError when there is no file there (a folder is said to be one)."""
+    """`path` as a Path, or DataError when there is no file there (a folder, or a device such as /dev/null, is
+    said to be one)."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
+        kind = "a folder, not a file" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+        raise DataError(f"{path}: {kind}")
     return path
 
 

@@ -267,7 +267,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
             *_budget_lines(cfg),
             f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
             if stages
-            else f"stages: {dvc_yaml} not found",
+            else f"stages: {dvc_yaml} {'is a folder, not a pipeline file' if dvc_yaml.is_dir() else 'not found'}",
             *(f"  {name}" for name in stages),
         ]
     ]
