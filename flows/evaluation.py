@@ -21,12 +21,12 @@ from tqdm import tqdm
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
-from centralrl.config import TOPOLOGY_ROLES, Config, load_config
+from centralrl.config import TOPOLOGY_ROLES, Config, adapter_names, load_config
 from centralrl.errors import DataError
 from centralrl.evaluation import (
     budget_cuts,
     compute_spent,
-    check_same_cut,
+    check_trained_files,
     copy_evaluation,
     cuts_by_step,
     markdown_table,
@@ -127,7 +127,9 @@ def evaluation_flow(
     (and write each cut's role movement, {budget: {role: ...}}, to `movement_path`)."""
     cfg = load_config(params_path)
     topology = cfg.reference(reference).topology if reference is not None else cfg.arm(arm).topology
-    cuts = None if reference is not None else budget_cuts(read_json(budgets_path), cfg, budgets_path)
+    if reference is None:
+        budgets = read_json(budgets_path)
+        cuts = budget_cuts(budgets, cfg, budgets_path, arm, seed, backbone)
     questions = load_questions(questions_path, split="test")
     if not questions:
         raise DataError(f"{questions_path}: no questions to evaluate")
@@ -143,9 +145,9 @@ def evaluation_flow(
         write_json(metrics_path, result)
         return result
     by_step = cuts_by_step(cuts)
-    for step, (first, *same) in by_step.items():  # every cut read before any is evaluated
-        checked_adapters(Path(adapters_dir) / first, {a for a in cfg.arm_adapters(arm).values() if a})
-        check_same_cut(Path(adapters_dir), step, first, same)
+    for first, *_ in by_step.values():  # every cut read before any is evaluated
+        checked_adapters(Path(adapters_dir) / first, adapter_names(cfg.arm_adapters(arm)))
+    check_trained_files(budgets, budgets_path, model_dir, adapters_dir)
     with atomic_directory(out_dir) as written:  # whole or absent: a later cut's failure leaves no earlier one
         results, movement = evaluate_cuts(
             cfg, backbone, model_dir, arm, seed, adapters_dir, by_step, questions, retriever, written

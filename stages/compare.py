@@ -16,7 +16,7 @@ from pathlib import Path
 
 from centralrl.attribution import shown_passages
 from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker
-from centralrl.config import Config, load_config
+from centralrl.config import Config, load_config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from stages.cli import InputPath, run_stage, stage_parser
@@ -92,10 +92,15 @@ def checked_history(rows: list[dict], path: Path) -> list[dict]:
     return rows
 
 
-def checked_cuts(cuts: object, path: Path, cfg: Config, steps_run: int) -> dict:
-    """budgets.json: for every budget of params, the step its cut fell at (within the `steps_run` of its history:
-    `Config.cut_problem` says the rest), whether the budget was reached, and what the run had spent (trained
-    tokens, FLOPs)."""
+def checked_cuts(document: object, path: Path, cfg: Config, cell: tuple[str, int, str], steps_run: int) -> dict:
+    """The cuts of budgets.json, written by the training of `cell` (arm, seed, backbone;
+    `trained_cell_problem`): for every budget of params, the step its cut fell at (within the `steps_run` of its
+    history: `Config.cut_problem` says the rest), whether the budget was reached, and what the run had spent
+    (trained tokens, FLOPs)."""
+    problem = trained_cell_problem(document, *cell)
+    if problem:
+        raise DataError(f"{path}: {problem}")
+    cuts = document["cuts"]
     if not isinstance(cuts, dict):
         raise DataError(f"{path}: expected a mapping of budgets, got {type(cuts).__name__}")
     for budget in cfg.budgets:
@@ -253,7 +258,7 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
 
 def _cuts(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int, steps_run: int) -> dict:
     path = Path(args.budgets.format(backbone=backbone, arm=arm, seed=seed))
-    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, cfg, steps_run)
+    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, cfg, (arm, seed, backbone), steps_run)
 
 
 def _history(args: argparse.Namespace, backbone: str, arm: str, seed: int) -> list[dict]:

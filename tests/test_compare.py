@@ -59,7 +59,7 @@ def world(tmp_path, monkeypatch) -> list[str]:
             cuts = {
                 name: CUT | {"budget": budget.model_dump(exclude_none=True)} for name, budget in cfg.budgets.items()
             }
-            write_json(args.budgets.format(**cell), cuts)
+            write_json(args.budgets.format(**cell), {"cell": cell, "cuts": cuts})
             write_jsonl(args.history.format(**cell), [{"step": s, "reward_mean": 0.5} for s in (1, 2)])
             roles = {role: STILL | {"adapter": adapter} for role, adapter in cfg.arm_adapters(arm).items()}
             write_json(args.movement.format(**cell), dict.fromkeys(cfg.budgets, roles))
@@ -156,18 +156,24 @@ def edit_json(path: str, change) -> None:
         ),
         (
             "train/main/joint/seed0/budgets.json",
-            lambda path: edit_json(path, lambda cuts: cuts["equal_steps"].update(step=3)),
+            lambda path: edit_json(path, lambda budgets: budgets["cuts"]["equal_steps"].update(step=3)),
             "budgets.json: budget 'equal_steps' has no cut step (a whole number from 1 to train.grpo.steps, 2), got 3",
         ),
         (  # reported under the params' budget heading
             "train/main/joint/seed0/budgets.json",
-            lambda path: edit_json(path, lambda cuts: cuts["equal_steps"].update(budget={"steps": 1})),
+            lambda path: edit_json(path, lambda budgets: budgets["cuts"]["equal_steps"].update(budget={"steps": 1})),
             "budgets.json: budget 'equal_steps' was cut for {'steps': 1}, but params define it as {'steps': 2}",
         ),
         (
             "train/main/joint/seed0/history.jsonl",
             lambda path: write_jsonl(path, [{"step": 1, "reward_mean": 0.5}]),
             "budgets.json: budget 'equal_steps': cut at step 2, but its history holds 1 steps",
+        ),
+        (  # joint's cuts reported as central_only's
+            "train/main/central_only/seed0/budgets.json",
+            lambda path: Path(path).write_text(Path("train/main/joint/seed0/budgets.json").read_text()),
+            "central_only/seed0/budgets.json: written by the training of {'arm': 'joint', 'seed': 0, 'backbone': "
+            "'main'}, not of {'arm': 'central_only', 'seed': 0, 'backbone': 'main'}",
         ),
         (  # joint's file as central_only's: its frozen roles read as trained
             "metrics/movement/main/central_only-seed0.json",

@@ -111,7 +111,7 @@ def test_the_train_stage_relaunches_itself_with_two_processes(smoke_run, tmp_pat
     grpo = TOY["train"]["grpo"]
     # each process rolled out one question's group; the step's metrics count both
     assert [row["episodes"] for row in history] == [grpo["questions_per_step"] * grpo["group_size"]] * 2
-    assert json.loads(outputs["budgets"].read_text())["two_steps"]["step"] == 2
+    assert json.loads(outputs["budgets"].read_text())["cuts"]["two_steps"]["step"] == 2
     assert (outputs["adapters"] / "two_steps" / "central" / "adapter_model.safetensors").is_file()
     # each process scores its share of the 3 dev questions (the first 2 of them, the second 1) and both get the
     # totals: the first process's share alone could score at most 2/3 (this seeded toy run learns all 3)

@@ -265,23 +265,35 @@ def test_a_training_file_too_small_for_the_dev_split_is_named():
     assert len(split_dev(questions, DevConfig(questions=2), "data/train.jsonl")[0]) == 1
 
 
-def test_a_budgets_file_must_cut_every_budget_of_the_params_at_a_step(tmp_path):
+def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_a_step(tmp_path):
     from centralrl.config import Config
     from centralrl.evaluation import budget_cuts
 
     cfg = Config()  # budgets equal_steps (8 steps) and equal_tokens (2400 trained tokens), 8 steps
     steps, tokens = {"step": 8, "budget": {"steps": 8}}, {"step": 3, "budget": {"trained_tokens": 2400}}
     good = {"equal_steps": steps, "equal_tokens": tokens}
-    assert budget_cuts(good, cfg, "b.json") == good
+    cell = {"arm": "joint", "seed": 1, "backbone": "main", "start": "ab12"}
+
+    def cuts(document: object) -> dict:
+        return budget_cuts(document, cfg, "b.json", "joint", 1, "main")
+
+    assert cuts({"cell": cell, "cuts": good}) == good
+    with pytest.raises(DataError, match=r"b\.json: expected the train stage's \{\"cell\": \.\.\., \"cuts\": \.\.\.\}"):
+        cuts(good)  # an older version's file: the cuts alone
+    # another seed's file, given by hand, was evaluated and reported as this cell's
+    with pytest.raises(
+        DataError, match=r"b\.json: written by the training of \{'arm': 'joint', 'seed': 2, 'backbone'"
+    ):
+        cuts({"cell": cell | {"seed": 2}, "cuts": good})
     with pytest.raises(DataError, match=r"b\.json: expected a cut for each budget .*got \[\]"):
-        budget_cuts({}, cfg, "b.json")  # was: evaluated nothing and exited 0
+        cuts({"cell": cell, "cuts": {}})  # was: evaluated nothing and exited 0
     with pytest.raises(DataError, match=r"b\.json: budget 'equal_tokens' has no cut step .*'two'"):
-        budget_cuts(good | {"equal_tokens": tokens | {"step": "two"}}, cfg, "b.json")
+        cuts({"cell": cell, "cuts": good | {"equal_tokens": tokens | {"step": "two"}}})
     # each was evaluated and reported as the cut it named (a step the run never took, another budget's cut)
     with pytest.raises(DataError, match=r"budget 'equal_steps' has no cut step \(a whole number from 1 to .*, 8\)"):
-        budget_cuts(good | {"equal_steps": steps | {"step": 9}}, cfg, "b.json")
+        cuts({"cell": cell, "cuts": good | {"equal_steps": steps | {"step": 9}}})
     with pytest.raises(DataError, match=r"'equal_steps' was cut for \{'steps': 5\}, but params define it as \{'s"):
-        budget_cuts(good | {"equal_steps": steps | {"budget": {"steps": 5}}}, cfg, "b.json")
+        cuts({"cell": cell, "cuts": good | {"equal_steps": steps | {"budget": {"steps": 5}}}})
 
 
 @pytest.mark.parametrize(
@@ -429,9 +441,10 @@ def test_budget_cuts_the_report_cannot_read_are_named(cuts, named):
     from centralrl.config import Config
     from stages.compare import checked_cuts
 
-    assert checked_cuts(CUTS, Path("b.json"), Config(), 2)  # budgets equal_steps and equal_tokens, 8 steps
+    cell = {"arm": "joint", "seed": 0, "backbone": "main"}
+    assert checked_cuts({"cell": cell, "cuts": CUTS}, Path("b.json"), Config(), ("joint", 0, "main"), 2)
     with pytest.raises(DataError, match=re.escape(named)):
-        checked_cuts(cuts, Path("b.json"), Config(), 2)
+        checked_cuts({"cell": cell, "cuts": cuts}, Path("b.json"), Config(), ("joint", 0, "main"), 2)
 
 
 MOVED = {"adapter": "central", "calls": 4, "changed": 1, "changed_share": 0.25, "kl": 0.01}
@@ -638,17 +651,36 @@ def test_an_empty_corpus_a_missing_adapter_folder_and_a_negative_seed_are_named(
     assert stop.value.code == 2 and "'-1': a seed is a whole number >= 0" in capsys.readouterr().err
 
 
-def test_budgets_cut_at_one_step_must_hold_the_same_adapters(tmp_path):
-    """Such budgets are evaluated once, from the first one's folder; a damaged copy in the other went unread."""
-    from centralrl.evaluation import check_same_cut
+def test_the_start_and_adapters_evaluated_must_be_those_budgets_json_recorded(tmp_path):
+    """Budgets cut at one step are evaluated once, from the first one's folder (a damaged copy in the other went
+    unread); adapters trained from another start, or another run's, were evaluated as this cell's."""
+    from centralrl.codedeps import folder_sha256
+    from centralrl.evaluation import check_trained_files
+    from centralrl.models.backbone import content_sha256
 
+    (tmp_path / "start").mkdir()
+    (tmp_path / "start" / "model.safetensors").write_bytes(b"start weights")
     for budget in ("equal_steps", "equal_tokens"):
-        (tmp_path / budget / "central").mkdir(parents=True)
-        (tmp_path / budget / "central" / "adapter_model.safetensors").write_bytes(b"weights")
-    check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])
-    (tmp_path / "equal_tokens" / "central" / "adapter_model.safetensors").write_bytes(b"weigh")  # cut short
-    with pytest.raises(DataError, match=r"equal_tokens/central/adapter_model\.safetensors: not as in .* at step 3"):
-        check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])
-    (tmp_path / "equal_tokens" / "central" / "adapter_model.safetensors").unlink()
-    with pytest.raises(DataError, match=r"equal_tokens/central/adapter_model\.safetensors: not as in"):
-        check_same_cut(tmp_path, 3, "equal_steps", ["equal_tokens"])
+        (tmp_path / "adapters" / budget / "central").mkdir(parents=True)
+        (tmp_path / "adapters" / budget / "central" / "adapter_model.safetensors").write_bytes(b"weights")
+    cuts = {
+        b: {"step": 3, "adapters": folder_sha256(tmp_path / "adapters" / b)} for b in ("equal_steps", "equal_tokens")
+    }
+    budgets = {"cell": {"start": content_sha256(tmp_path / "start")}, "cuts": cuts}
+
+    def check() -> None:
+        check_trained_files(budgets, "b.json", str(tmp_path / "start"), str(tmp_path / "adapters"))
+
+    check()
+    weights = tmp_path / "adapters" / "equal_tokens" / "central" / "adapter_model.safetensors"
+    weights.write_bytes(b"weigh")  # cut short
+    with pytest.raises(DataError, match=r"adapters/equal_tokens: not the adapters b\.json recorded for budget 'eq"):
+        check()
+    weights.unlink()
+    with pytest.raises(DataError, match=r"adapters/equal_tokens: not the adapters b\.json recorded .* \(missing, "):
+        check()
+    weights.write_bytes(b"weights")
+    check()
+    (tmp_path / "start" / "model.safetensors").write_bytes(b"another start")
+    with pytest.raises(DataError, match=r"start: not the start b\.json was trained from \(other weights\)"):
+        check()

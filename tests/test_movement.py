@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from centralrl.codedeps import folder_sha256
 from centralrl.compare import arm_movement
 from centralrl.config import load_config
 from centralrl.harness.engine import RolePolicy
@@ -18,7 +19,7 @@ from centralrl.harness.episodes import RunSettings, run_central
 from centralrl.io import read_json, write_json
 from centralrl.config import role_adapters
 from centralrl.models.adapters import acting_as, attach_adapters, save_adapters
-from centralrl.models.backbone import load_backbone
+from centralrl.models.backbone import content_sha256, load_backbone
 from centralrl.movement import call_movement, position_kl
 from centralrl.report import movement_notes, movement_section
 
@@ -86,10 +87,15 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
     cfg = load_config(params)
     model, _, _ = _joint_model(folder / "start", cfg.lora, moved)
     first = sorted(cfg.budgets)[0]
+    adapters = folder / out / "adapters"
     for budget in cfg.budgets:  # every cut at the same step: the same adapters in each budget's folder
-        save_adapters(model, folder / out / "adapters" / budget)
-    cuts = {name: {"step": 1, "budget": budget.model_dump(exclude_none=True)} for name, budget in cfg.budgets.items()}
-    write_json(folder / out / "budgets.json", cuts)
+        save_adapters(model, adapters / budget)
+    cuts = {
+        name: {"step": 1, "budget": budget.model_dump(exclude_none=True), "adapters": folder_sha256(adapters / name)}
+        for name, budget in cfg.budgets.items()
+    }
+    cell = {"arm": "joint", "seed": 0, "backbone": "main", "start": content_sha256(folder / "start")}
+    write_json(folder / out / "budgets.json", {"cell": cell, "cuts": cuts})
     evaluate.main(
         [
             "--params",
@@ -107,7 +113,7 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
             "--questions",
             str(data["test"]),
             "--adapters",
-            str(folder / out / "adapters"),
+            str(adapters),
             "--budgets",
             str(folder / out / "budgets.json"),
             "--out",

@@ -215,7 +215,7 @@ def test_dvc_repro_runs_the_matrix_to_a_report_then_has_nothing_to_do_and_reruns
 
     # a damaged cut is named before any cut is evaluated, and the stage's output is whole or absent: a failure
     # in the second cut left the first one's records behind
-    cuts = json.loads((tmp_path / "train/main/joint/seed0/budgets.json").read_text())
+    cuts = json.loads((tmp_path / "train/main/joint/seed0/budgets.json").read_text())["cuts"]
     last = min(b for b in cuts if cuts[b]["step"] == max(cut["step"] for cut in cuts.values()))
     weights = tmp_path / "train/main/joint/seed0/adapters" / last / "central" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])

@@ -106,8 +106,17 @@ def test_central_only_trains_the_central_adapter_and_nothing_else(smoke_run, cen
 def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_run):
     import json
 
+    from centralrl.codedeps import folder_sha256
+
     paths = central_only_run
-    cuts = {name: cut for name, cut in json.loads(paths["budgets"].read_text()).items() if name in TOY["budgets"]}
+    budgets = json.loads(paths["budgets"].read_text())
+    # the cell that wrote it, the start it trained from and each cut's adapters: what evaluate checks
+    start = content_sha256(paths["adapters"].parents[1] / "start")
+    assert budgets["cell"] == {"arm": "central_only", "seed": 0, "backbone": "main", "start": start}
+    assert {name: cut["adapters"] for name, cut in budgets["cuts"].items()} == {
+        name: folder_sha256(paths["adapters"] / name) for name in budgets["cuts"]
+    }
+    cuts = {name: cut for name, cut in budgets["cuts"].items() if name in TOY["budgets"]}
     assert {name: cut["step"] for name, cut in cuts.items()} == {"any_token": 1, "one_step": 1, "two_steps": 2}
     assert all(cut["reached"] for cut in cuts.values())
     first_step = json.loads(paths["history"].read_text().splitlines()[0])

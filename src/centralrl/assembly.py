@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from centralrl.config import Config
+from centralrl.config import Config, adapter_names
 from centralrl.hardware import pick_device
 from centralrl.harness.engine import RolePolicy, open_policy
 from centralrl.harness.episodes import RunSettings
@@ -40,7 +40,7 @@ def trained_policy(
     adapters: dict[str, str | None] = {}
     if adapters_dir is not None:
         adapters = cfg.arm_adapters(arm)
-        model = load_adapters(model, adapters_dir, {a for a in adapters.values() if a})
+        model = load_adapters(model, adapters_dir, adapter_names(adapters))
     return open_policy(cfg.harness, model, tokenizer, adapters, model_dir)
 
 

@@ -4,7 +4,7 @@
 and relative, `from pkg import submodule` included) from the entry files through the project's own packages
 (`centralrl` under `src/`, `stages`, `flows`), reading the syntax tree only: nothing is imported or run, so
 lazy imports inside `main()` count and third-party packages (torch, ...) are ignored. `sources_sha256` hashes
-such a list, independent of the checkout folder.
+such a list, independent of the checkout folder; `folder_sha256` every file of a folder the same way.
 
 Command line (`python -m centralrl.codedeps --help`): `--check dvc.yaml` lists, per stage, the project files
 its entry module imports that the stage's deps do not cover; `--refresh-lock` rewrites the deps and commands of
@@ -80,6 +80,12 @@ def sources_sha256(paths: Iterable[Path], root: Path) -> str:
         digest.update(f"{relative}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()
+
+
+def folder_sha256(folder: str | Path) -> str:
+    """`sources_sha256` over every file under `folder` (a saved adapter folder): the same files, the same hash."""
+    folder = Path(folder).resolve()
+    return sources_sha256((path for path in folder.rglob("*") if path.is_file()), folder)
 
 
 def module_file(module: str, root: Path) -> Path | None:

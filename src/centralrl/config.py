@@ -516,6 +516,24 @@ def role_adapters(trainable_roles: Iterable[str], sharing: str, roles: Iterable[
     return {role: (SHARED if sharing == SHARED else role) if role in trainable else None for role in roles}
 
 
+def adapter_names(adapters: dict[str, str | None]) -> list[str]:
+    """The adapters a role -> adapter map trains, each once, sorted (a shared adapter serves several roles)."""
+    return sorted({adapter for adapter in adapters.values() if adapter})
+
+
+def trained_cell_problem(document: object, arm: str, seed: int, backbone: str) -> str | None:
+    """What is wrong with a budgets.json as the file of train@<arm>-<seed>-<backbone>, or None. The train stage
+    writes {"cell": {"arm", "seed", "backbone", "start"}, "cuts": {budget: cut}}: another cell's file, given by
+    hand, would be evaluated or reported as this cell's."""
+    if not (isinstance(document, dict) and isinstance(document.get("cell"), dict) and "cuts" in document):
+        return 'expected the train stage\'s {"cell": ..., "cuts": ...} (from an older version? rerun the train stage)'
+    wanted = {"arm": arm, "seed": seed, "backbone": backbone}
+    written = {key: document["cell"].get(key) for key in wanted}
+    if written != wanted:
+        return f"written by the training of {written}, not of {wanted}"
+    return None
+
+
 NAME_PATTERN = r"^[A-Za-z0-9_]+$"  # DVC joins matrix values with "-", so names must not contain one
 
 

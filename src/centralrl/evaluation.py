@@ -3,8 +3,9 @@
 Every question of the evaluation set is scored (no drops); a question whose episode produced no answer
 scores 0. Benchmark means are plain means over its questions; `macro` averages the benchmark means, the
 way the published tables report their average. `write_evaluation` writes one evaluation's records and
-transcripts; `compute_spent` is its deterministic cost; `cuts_by_step` groups a trained cell's budget cuts
-that fell on the same step (the same adapters, evaluated once).
+transcripts; `compute_spent` is its deterministic cost. For a trained cell, `budget_cuts` and
+`check_trained_files` check its budgets.json and the start and adapters it recorded, and `cuts_by_step` groups
+the budget cuts that fell on the same step (the same adapters, evaluated once).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from centralrl.codedeps import folder_sha256
 from centralrl.compute import ModelShape
-from centralrl.config import Config
+from centralrl.config import Config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_write, write_jsonl
 from centralrl.metrics import METRICS
+from centralrl.models.backbone import content_sha256
 
 EVALUATION_FILES = ("records.jsonl", "transcripts.md")
 
@@ -138,9 +141,14 @@ def compute_spent(episodes: Sequence[Episode], shape: ModelShape) -> dict[str, f
     return dict(sorted(spent.items()))
 
 
-def budget_cuts(cuts: object, cfg: Config, path: str) -> dict:
-    """A train stage's budgets.json, checked against the params: one cut per budget of `budgets` (a missing
-    budget would leave its comparison without this cell, silently), each as `Config.cut_problem` wants it."""
+def budget_cuts(document: object, cfg: Config, path: str, arm: str, seed: int, backbone: str) -> dict:
+    """The cuts of a train stage's budgets.json, checked against the cell (`trained_cell_problem`) and the params:
+    one cut per budget of `budgets` (a missing budget would leave its comparison without this cell, silently),
+    each as `Config.cut_problem` wants it."""
+    problem = trained_cell_problem(document, arm, seed, backbone)
+    if problem:
+        raise DataError(f"{path}: {problem}")
+    cuts = document["cuts"]
     if not isinstance(cuts, dict) or sorted(cuts) != sorted(cfg.budgets):
         found = sorted(cuts) if isinstance(cuts, dict) else type(cuts).__name__
         raise DataError(f"{path}: expected a cut for each budget of the params ({sorted(cfg.budgets)}), got {found}")
@@ -151,28 +159,26 @@ def budget_cuts(cuts: object, cfg: Config, path: str) -> dict:
     return cuts
 
 
+def check_trained_files(document: dict, path: str, model_dir: str, adapters_dir: str) -> None:
+    """The start and every cut's adapters are the files budgets.json (`path`) recorded: adapters trained from
+    another start, or a cut's folder damaged or copied from another run, would be evaluated as this cell's."""
+    if content_sha256(Path(model_dir)) != document["cell"].get("start"):
+        raise DataError(
+            f"{model_dir}: not the start {path} was trained from (other weights): evaluate with that start, or "
+            "rerun the train stage from this one"
+        )
+    for budget, cut in sorted(document["cuts"].items()):
+        folder = Path(adapters_dir) / budget
+        if folder_sha256(folder) != cut.get("adapters"):
+            raise DataError(
+                f"{folder}: not the adapters {path} recorded for budget {budget!r} (missing, damaged or from "
+                "another run: rerun the train stage)"
+            )
+
+
 def cuts_by_step(cuts: dict) -> dict[int, list[str]]:
     """A trained cell's budgets grouped by the step their cut fell on (budgets.json -> {step: [budget, ...]})."""
     by_step: dict[int, list[str]] = {}
     for budget, cut in sorted(cuts.items()):
         by_step.setdefault(cut["step"], []).append(budget)
     return dict(sorted(by_step.items()))
-
-
-def check_same_cut(adapters: Path, step: int, first: str, same: Sequence[str]) -> None:
-    """Budgets cut at one step hold the same adapters (evaluated once, from `first`'s folder); refuse a folder of
-    `same` whose files differ from `first`'s, so a damaged or foreign copy is not passed over unread."""
-    files = _files(adapters / first)
-    for budget in same:
-        other = adapters / budget
-        odd = sorted(set(files) ^ set(_files(other)))
-        odd = odd or [f for f in files if (adapters / first / f).read_bytes() != (other / f).read_bytes()]
-        if odd:
-            raise DataError(
-                f"{other / odd[0]}: not as in {adapters / first}, though budgets {first} and {budget} were cut at "
-                f"step {step}; the folder is damaged or from another run (rerun the train stage)"
-            )
-
-
-def _files(folder: Path) -> list[Path]:
-    return sorted(path.relative_to(folder) for path in folder.rglob("*") if path.is_file())

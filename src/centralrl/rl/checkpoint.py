@@ -23,6 +23,7 @@ from peft import set_peft_model_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from centralrl.config import adapter_names
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
 from centralrl.models.adapters import non_finite_weights, save_adapters
@@ -93,7 +94,7 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     A state that lacks one of the trainer's adapters, or that cannot be read, is a DataError naming it: states are
     written whole, so it was damaged afterwards, and resuming from it would train from wrong weights or fail
     later. Nothing is deleted: the message says what to delete to start the cell over."""
-    expected = sorted({a for a in trainer.policy.adapters.values() if a})
+    expected = adapter_names(trainer.policy.adapters)
     folder = checkpoint / "adapters"
     saved = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if saved != expected:

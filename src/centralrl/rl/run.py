@@ -37,13 +37,13 @@ from pathlib import Path
 import torch
 
 from centralrl.assembly import fresh_policy
-from centralrl.codedeps import project_sources, sources_sha256
+from centralrl.codedeps import folder_sha256, project_sources, sources_sha256
 from centralrl.compute import accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.distributed import World
 from centralrl.errors import DataError, OutputError
 from centralrl.harness.episodes import Episode
-from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
+from centralrl.io import atomic_directory, pretty_json, read_json, write_json, write_jsonl
 from centralrl.metrics import refuse_empty_answers
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
@@ -357,9 +357,13 @@ def train_cell(
         run_steps(cfg, trainer, progress, state, key, phases, tracker, log, memo)
         summary = _summary(arm, seed, backbone, progress)
         tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
-        tracker.log_text(json.dumps(progress.cuts, indent=2, sort_keys=True), "budgets.json")
+        if world.is_main:
+            cell = {"arm": arm, "seed": seed, "backbone": backbone, "start": inputs[0]}
+            budgets = budgets_document(cell, progress, state)
+            tracker.log_text(pretty_json(budgets), "budgets.json")
     if world.is_main:
-        _write_outputs(progress, state, adapters_dir, budgets_path, history_path)
+        _write_outputs(progress, state, adapters_dir, history_path)
+        write_json(budgets_path, budgets)
         write_json(metrics_path, summary)
     cuts = ", ".join(
         f"{name} at step {cut['step']}{'' if cut['reached'] else ' (not reached: the last step)'}"
@@ -377,11 +381,17 @@ def _cumulative(progress: Progress) -> dict[str, float]:
     return {f"spent.{k}": v for k, v in spending(progress.history, progress.wall_seconds).items()}
 
 
-def _write_outputs(progress: Progress, state: Path, adapters_dir: str, budgets_path: str, history_path: str) -> None:
+def budgets_document(cell: dict, progress: Progress, state: Path) -> dict:
+    """budgets.json: the cell (arm, seed, backbone and the start's `content_sha256`) and each budget's cut with
+    the `folder_sha256` of its adapters, so that evaluate can refuse a start or adapters this run did not use."""
+    cuts = {name: cut | {"adapters": folder_sha256(state / "cuts" / name)} for name, cut in progress.cuts.items()}
+    return {"cell": cell, "cuts": dict(sorted(cuts.items()))}
+
+
+def _write_outputs(progress: Progress, state: Path, adapters_dir: str, history_path: str) -> None:
     with atomic_directory(adapters_dir) as tmp:
         for name in sorted(progress.cuts):
             shutil.copytree(state / "cuts" / name, tmp / name)
-    write_json(budgets_path, progress.cuts)
     write_jsonl(history_path, progress.history)
 
 

@@ -60,7 +60,7 @@ from transformers import DynamicCache
 
 from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
-from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig
+from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig, adapter_names
 from centralrl.distributed import World
 from centralrl.errors import DataError
 from centralrl.harness.engine import RolePolicy, cache_argument, shared_prefix
@@ -435,7 +435,7 @@ class Trainer:
         self.step += 1
         metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm, measured)
         # sorted: a set of adapter names iterates in an order that changes with PYTHONHASHSEED (the history bytes)
-        untrained = {f"trained_tokens.{a}": 0.0 for a in sorted({a for a in self.policy.adapters.values() if a})}
+        untrained = {f"trained_tokens.{a}": 0.0 for a in adapter_names(self.policy.adapters)}
         return (
             untrained
             | metrics
