@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 from centralrl.dvc_runs import EVALUATION_STAGES, check_profile, dvc_command, dvc_env, read_params, stream
 from centralrl.errors import CentralRLError, RunError
+from centralrl.processes import exit_with
 from centralrl.services import quiet_known_errors_in_prefect_logs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,4 +132,4 @@ def main(argv: list[str] | None = None) -> int:
 quiet_known_errors_in_prefect_logs()  # a bad parameter or a failed dvc run: its message, not a traceback
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -230,3 +230,20 @@ def test_a_model_or_encoder_named_as_a_folder_is_looked_for_there_not_on_the_hub
     assert code == 1 and "hugging face hub" not in out
     assert f"missing model folder {model}: {model} not found" in out
     assert f"missing model folder {encoder}: {encoder} not found" in out
+
+
+@pytest.mark.parametrize("tool", ["centralrl.plan", "centralrl.codedeps"])
+def test_a_reader_that_stopped_early_ends_the_tool_as_it_ends_cat(tool):
+    """`python -m centralrl.plan | head -3` printed a BrokenPipeError traceback after head's lines."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write: every write fails
+    try:
+        args = ["--check", "dvc.yaml"] if tool == "centralrl.codedeps" else []
+        done = subprocess.run([sys.executable, "-m", tool, *args], cwd=REPO, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr.decode()) == (141, "")

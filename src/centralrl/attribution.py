@@ -35,6 +35,7 @@ from pathlib import Path
 from centralrl.errors import CentralRLError, DataError
 from centralrl.io import read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
+from centralrl.processes import exit_with
 from centralrl.schema import read_passages
 
 PLACES = ("yes_no", "in_question", "not_retrieved", "in_passages", "in_notes")
@@ -167,4 +168,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

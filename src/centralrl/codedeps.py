@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from centralrl.errors import CentralRLError
+from centralrl.processes import exit_with
 
 
 if TYPE_CHECKING:
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
     except DvcException as error:  # a malformed dvc.yaml or dvc.lock, or no DVC project: DVC says which and why
         print(f"error: {dvc_yaml}: DVC cannot read the pipeline: {dvc_reason(error)}", file=sys.stderr)
+    except BrokenPipeError:  # stdout's reader went away: `exit_with` ends the command
+        raise
     except OSError as error:  # a dvc.lock that cannot be written (read-only, immutable): left as it was
         print(f"error: {error.filename or dvc_yaml}: {error.strerror or error}", file=sys.stderr)
     return 1
@@ -346,4 +349,4 @@ def _resolve_from(node: ast.ImportFrom, module: str | None, is_package: bool) ->
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -40,6 +40,7 @@ import yaml
 
 from centralrl.config import Config, QuestionSource, load_config
 from centralrl.errors import CentralRLError, ConfigError
+from centralrl.processes import exit_with
 from centralrl.redact import redact, split_credentials
 
 HUB_TIMEOUT = 5.0  # seconds for the hub probe
@@ -579,4 +580,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -9,6 +9,8 @@ shell's parent is still there. Children a stage starts itself (a Prefect server,
 *thread* that started the child exits, so start children from the thread that waits for them.
 
 Elsewhere than Linux these are no-ops: the stage then stops with its parent only on a signal it receives.
+
+`exit_with` ends a command whose output was piped into a reader that stopped early (`plan | head`) quietly.
 """
 
 from __future__ import annotations
@@ -145,3 +147,16 @@ def _exit_now(signum: int, why: str) -> None:
     sys.stderr.write(f"{name}: {signal.Signals(signum).name}, then {why}: exiting without further cleanup\n")
     sys.stderr.flush()
     os._exit(128 + signum)
+
+
+def exit_with(main: Callable[[], int]) -> None:
+    """`sys.exit(main())`; a reader of stdout that went away (`python -m centralrl.plan | head -3`) ends the
+    command as it ends `cat`, with exit status 141 (128 + SIGPIPE) and no BrokenPipeError traceback. stdout is
+    pointed at /dev/null first, so the interpreter's last flush does not raise again."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
+    sys.exit(code)

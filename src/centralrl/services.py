@@ -41,7 +41,7 @@ from pathlib import Path
 
 from centralrl.errors import CentralRLError, TrackingError, is_known
 from centralrl.io import file_in_the_way, folder_refuses_files, scratch_folder
-from centralrl.processes import tied_to_this_process
+from centralrl.processes import exit_with, tied_to_this_process
 from centralrl.redact import redact
 
 HOST = "127.0.0.1"
@@ -602,4 +602,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)
