@@ -12,6 +12,8 @@ flaky service.
 
 from __future__ import annotations
 
+import sys
+
 import time
 from pathlib import Path
 
@@ -200,3 +202,7 @@ def evaluate_cuts(
                 Path(out_dir) / budget,
             )
     return results, movement
+
+
+if __name__ == "__main__":  # a module of the flow its stage runs; run as a script it did nothing, silently
+    sys.exit(f"{sys.argv[0]}: the Prefect flow `evaluate-harness`, run by its stage: python -m stages.evaluate --help")

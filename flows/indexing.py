@@ -9,6 +9,8 @@ backend is among them).
 
 from __future__ import annotations
 
+import sys
+
 from pathlib import Path
 
 from prefect import flow, task
@@ -97,3 +99,7 @@ def indexing_flow(
     retrievers = build(passages, cfg)
     save(retrievers[cfg.backend], cfg, len(passages), index_dir)
     return report(retrievers, cfg, questions, metrics_path)
+
+
+if __name__ == "__main__":  # a module of the flow its stage runs; run as a script it did nothing, silently
+    sys.exit(f"{sys.argv[0]}: the Prefect flow `build-index`, run by its stage: python -m stages.build_index --help")

@@ -7,6 +7,8 @@ plain phases, so the Prefect UI shows one flow run per cell.
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import fields
 
 from prefect import flow, task
@@ -59,3 +61,7 @@ def training_flow(
         phases=TRACKED,
         start_scores_dir=start_scores_dir,
     )
+
+
+if __name__ == "__main__":  # a module of the flow its stage runs; run as a script it did nothing, silently
+    sys.exit(f"{sys.argv[0]}: the Prefect flow `train-arm`, run by its stage: python -m stages.train --help")

@@ -153,6 +153,15 @@ def test_the_experiment_script_parses_its_arguments_and_names_a_bad_one(prefect_
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
+@pytest.mark.parametrize(
+    "flow, stage", [("indexing", "build_index"), ("training", "train"), ("evaluation", "evaluate")]
+)
+def test_a_stages_flow_module_run_as_a_script_names_its_stage(flow, stage):
+    """`python flows/training.py --help` printed nothing and exited 0: a module, not a script."""
+    done = subprocess.run([sys.executable, f"flows/{flow}.py", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1 and f"run by its stage: python -m stages.{stage} --help" in done.stderr
+
+
 def test_a_dry_run_that_met_missing_inputs_says_why():
     """DVC's dry run fails on a stage whose inputs an upstream stage has not made yet (DVC issue #9021)."""
     from flows.experiment import _hint
