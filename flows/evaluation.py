@@ -13,7 +13,6 @@ flaky service.
 from __future__ import annotations
 
 import sys
-
 import time
 from pathlib import Path
 

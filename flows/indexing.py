@@ -10,7 +10,6 @@ backend is among them).
 from __future__ import annotations
 
 import sys
-
 from pathlib import Path
 
 from prefect import flow, task

@@ -8,7 +8,6 @@ plain phases, so the Prefect UI shows one flow run per cell.
 from __future__ import annotations
 
 import sys
-
 from dataclasses import fields
 
 from prefect import flow, task
