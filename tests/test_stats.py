@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -324,6 +325,20 @@ def test_each_arm_is_compared_with_its_untrained_start(smoke_params):
     table = "\n".join(gains_section({"level": 0.95, "backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
     assert "| main | cut | central_only | base | 0 | 75.00 [" in table and "| **above** |" in table
     assert "| main | cut | joint | base | 0 | 0.00 [0.00, 0.00], p=1.000 | no |" in table
+
+    # 2 of 12 questions better in each of two benchmarks, none worse (the committed joint seed 1 at equal tokens):
+    # a percentile CI above 0, but a sign-flip p of about 2/2**4: not told from chance, as the verdict's rule says
+    def two_benchmarks(better: int) -> list[dict]:
+        rows = records([float(i % 12 < better) for i in range(24)])
+        return [row | {"benchmark": "xy"[i // 12]} for i, row in enumerate(rows)]
+
+    few = {"central_only": two_benchmarks(2), "joint": two_benchmarks(0)}
+    gains = gains_over_start(cfg, {arm: {s: few[arm] for s in cfg.seeds} for arm in cfg.arms}, {"base": few["joint"]})
+    one = gains["central_only"]["seeds"][0]
+    assert one["f1"]["macro"]["low"] > 0 and one["f1"]["p_value"] == pytest.approx(0.125, abs=0.01)
+    assert (one["ci_above"], one["above"]) == (True, False)
+    table = "\n".join(gains_section({"level": 0.95, "backbones": {"main": {"budgets": {"cut": {"gains": gains}}}}}))
+    assert re.search(r"\| central_only \| base \| 0 \| 16\.67 \[4\.17, 33\.33\], p=0\.1\d\d \| \*CI only\* \|", table)
 
 
 def test_the_report_shows_each_runs_reward_rise_idle_steps_and_dev_f1():

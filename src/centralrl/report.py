@@ -53,7 +53,8 @@ def verdict_section(result: dict) -> list[str]:
         f"Claim: **{first} > {second}**. Rule: {result['rule']} (level {result['level']:.0%}).",
         "",
         f"| backbone | budget | metric | {first} (mean over seeds) | {second} | difference per seed [CI], p | "
-        f"verdict | MDE at {result['power']:.0%} power (per seed) | published difference |",
+        f"verdict | MDE at {result['power']:.0%} power (per seed, all seeds at {result['power']:.0%} together) | "
+        "published difference |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, bb in result["backbones"].items():
@@ -229,7 +230,10 @@ def gains_section(result: dict) -> list[str]:
         "## Did training help? Each arm minus its untrained start",
         "",
         "Paired over the test questions: the trained harness minus the same harness from the starting checkpoint "
-        f"(macro F1 difference [{result['level']:.0%} CI], permutation p). **above** when the whole CI is above 0.",
+        f"(macro F1 difference [{result['level']:.0%} CI], permutation p). **above** when the whole CI is above 0 "
+        f"and p is at most {1 - result['level']:.2f}, the verdict's rule for one seed; *CI only* when the CI is "
+        "above 0 but the test does not tell the difference from chance (a percentile interval over a few "
+        "questions that differ is too narrow).",
         "",
         "| backbone | budget | arm | start | seed | F1 difference [CI], p | above the start? |",
         "|---|---|---|---|---|---|---|",
@@ -240,9 +244,13 @@ def gains_section(result: dict) -> list[str]:
                 for seed, d in gain["seeds"].items():
                     lines.append(
                         f"| {backbone} | {budget} | {arm} | {gain['start']} | {seed} | {_ci(d['f1']['macro'])}, "
-                        f"p={d['f1']['p_value']:.3f} | {'**above**' if d['above'] else 'no'} |"
+                        f"p={d['f1']['p_value']:.3f} | {_above_word(d)} |"
                     )
     return lines + [""]
+
+
+def _above_word(gain: dict) -> str:
+    return "**above**" if gain["above"] else "*CI only*" if gain["ci_above"] else "no"
 
 
 def reward_rise(rows: list[Mapping[str, float]]) -> tuple[float, float]:

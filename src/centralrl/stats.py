@@ -42,7 +42,7 @@ VERDICT_RULE = (
     "second, a - b) lies entirely above 0 and the sign-flip permutation test rejects no difference at alpha "
     "= 1 - level; contradicted when the same holds below 0; inconclusive otherwise."
 )
-EXACT_MAX_QUESTIONS = 20  # exact sign-flip enumeration holds 2**n x n signs: 2**20 x 20 bytes
+EXACT_MAX_QUESTIONS = 20  # exact sign-flip enumeration holds 2**n x n int64 signs: 2**20 x 20 x 8 bytes, 168 MB
 _TIE = 1e-12  # |T| >= |T_obs| - _TIE counts as "at least as extreme" (absorbs float summation order)
 
 
