@@ -2,27 +2,32 @@
 
 Deterministic counts depend only on token counts and the architecture.
 
-FLOPs of one causal forward over ``T`` positions (a prompt prefill followed by
-generation with a KV cache costs the same)::
+FLOPs of one causal forward over ``T`` positions whose output projection (``lm_head``) runs at ``K`` of them::
 
-    forward_flops(T) = 2 * N * T + sum_{p=1..T} 4 * L * d_attn * p
-                     = 2 * N * T + 2 * L * d_attn * T * (T + 1)
+    forward_flops(T, K) = 2 * N_body * T + 2 * N_head * K + attention(T)
+    attention(T)        = sum_{p=1..T} 4 * L * d_attn * p = 2 * L * d_attn * T * (T + 1)
 
-where ``N`` is the number of weights of every ``nn.Linear`` of the base model
-(``lm_head`` included even when tied to the embedding, since the output
-projection is a matmul; LoRA weights, biases and embeddings excluded), ``L`` is
-the number of transformer layers and ``d_attn = num_attention_heads * head_dim``.
-The attention term counts QK^T and attention-times-V at 2 FLOPs per
-multiply-add, position ``p`` attending to ``p`` positions.
+where ``N_body`` is the number of weights of every ``nn.Linear`` of the decoder layers, ``N_head`` those of
+``lm_head`` (counted even when tied to the embedding, since the output projection is a matmul; LoRA weights,
+biases and embeddings excluded), ``L`` the number of layers and ``d_attn = num_attention_heads * head_dim``.
+The attention term counts QK^T and attention-times-V at 2 FLOPs per multiply-add, position ``p`` attending to
+``p`` positions. The head runs where logits are used: a generation prefill at its last position and each decode
+step at its token (K = generated tokens), a teacher-forced update at the positions that predict trained tokens.
 
-An update on one trained sequence costs
-``(1 + BACKWARD_MULTIPLE + [reference_forward]) * forward_flops(T)``.
+A generation call of ``G`` tokens after a ``P``-token prompt (prefill, then KV-cached decodes) is a forward over
+the ``P + G - 1`` positions fed to the model (the last token is never fed back) with ``K = G``. An update on one
+trained sequence is its forward (``K`` = the completion's tokens), a backward, and an adapters-off KL reference
+forward when it runs. The backward through frozen weights computes input gradients only: one more pass of every
+matmul (the weight gradients of the frozen matmuls are never formed), and twice the attention term (the
+gradients of both operands of QK^T and of attention-times-V). So ``backward = forward + attention(T)``.
 
-Departures from an exact count: biases, norms, activations, rotary embeddings,
-softmax, the embedding lookup and the LoRA adapters' own matmuls are ignored;
-padding tokens of a batch are not counted; the backward is taken as
-``BACKWARD_MULTIPLE = 2`` forwards (activation gradients through the frozen
-matmuls plus the adapters' weight gradients), as the project's design states.
+Departures from the project's design ("a LoRA backward over frozen weights ~ 2 x forward", and ``lm_head`` at
+every position): torch's FLOP counter on a LoRA-wrapped Qwen2 counts the backward's matmuls as one forward's
+(`tests/test_compute.py`), so 2 overstated every update by a third to a half, and the head at every position
+overstated SmolLM2's prompts by about a fifth (its head is 21% of its matmul weights). Ignored: biases, norms,
+activations, rotary embeddings, softmax, the embedding lookup, the LoRA adapters' own matmuls and weight
+gradients, the input gradients below the lowest adapter (none needs them), padding tokens of a batch, and the
+forward that activation checkpointing recomputes (`train.activation_checkpointing`, off by default).
 """
 
 from __future__ import annotations
@@ -37,14 +42,14 @@ from typing import Any
 import torch
 from torch import nn
 
-BACKWARD_MULTIPLE = 2
-
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The architecture numbers the FLOPs formula needs."""
+    """The architecture numbers the FLOPs formula needs: `matmul_params` counts every linear weight, `lm_head`'s
+    (`head_params`) included."""
 
     matmul_params: int
+    head_params: int
     layers: int
     attention_width: int
 
@@ -56,6 +61,7 @@ class ModelShape:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return cls(
             matmul_params=_linear_weights(base),
+            head_params=int(base.get_output_embeddings().weight.numel()),
             layers=int(config.num_hidden_layers),
             attention_width=int(config.num_attention_heads * head_dim),
         )
@@ -73,25 +79,38 @@ def _linear_weights(model: nn.Module) -> int:
     )
 
 
-def forward_flops(shape: ModelShape, tokens: int) -> int:
-    """FLOPs of one causal forward over ``tokens`` positions.
+def forward_flops(shape: ModelShape, tokens: int, logits: int | None = None) -> int:
+    """FLOPs of one causal forward over ``tokens`` positions, ``lm_head`` at ``logits`` of them (all by default).
 
-    >>> forward_flops(ModelShape(matmul_params=1000, layers=2, attention_width=8), 5)
-    10960
+    >>> shape = ModelShape(matmul_params=1000, head_params=200, layers=2, attention_width=8)
+    >>> forward_flops(shape, 5), forward_flops(shape, 5, logits=1)
+    (10960, 9360)
     """
-    matmuls = 2 * shape.matmul_params * tokens
-    attention = 2 * shape.layers * shape.attention_width * tokens * (tokens + 1)
-    return int(matmuls + attention)
+    logits = tokens if logits is None else logits
+    matmuls = 2 * (shape.matmul_params - shape.head_params) * tokens + 2 * shape.head_params * logits
+    return int(matmuls + attention_flops(shape, tokens))
+
+
+def attention_flops(shape: ModelShape, tokens: int) -> int:
+    """QK^T and attention-times-V of a causal forward over ``tokens`` positions."""
+    return 2 * shape.layers * shape.attention_width * tokens * (tokens + 1)
 
 
 def generation_flops(shape: ModelShape, prompt_tokens: int, generated_tokens: int) -> int:
-    """Prefill plus KV-cached generation: the cost of one forward over both."""
-    return forward_flops(shape, prompt_tokens + generated_tokens)
+    """A prefill and KV-cached decodes: the positions fed to the model (every generated token but the last) and
+    ``lm_head`` once per generated token (once for the prefill if nothing was generated)."""
+    fed = prompt_tokens + max(generated_tokens - 1, 0)
+    return forward_flops(shape, fed, logits=max(generated_tokens, 1))
 
 
-def update_flops(shape: ModelShape, sequence_tokens: int, *, reference_forward: bool) -> int:
-    """Policy forward + backward, plus an adapters-off KL reference forward if asked."""
-    return (1 + BACKWARD_MULTIPLE + int(reference_forward)) * forward_flops(shape, sequence_tokens)
+def update_flops(shape: ModelShape, prompt_tokens: int, trained_tokens: int, *, reference_forward: bool) -> int:
+    """Policy forward (``lm_head`` where trained tokens are predicted), the backward through frozen weights (one
+    more pass of the matmuls for the input gradients, twice the attention term), and an adapters-off KL
+    reference forward if asked."""
+    tokens = prompt_tokens + trained_tokens
+    forward = forward_flops(shape, tokens, logits=trained_tokens)
+    backward = forward + attention_flops(shape, tokens)
+    return (1 + int(reference_forward)) * forward + backward
 
 
 class PhaseClock:

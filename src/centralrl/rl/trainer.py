@@ -510,7 +510,12 @@ class Trainer:
             "learning_rate": self.scheduler.get_last_lr()[0],
             "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
             "flops.update": g.updates_per_rollout
-            * float(sum(update_flops(self.shape, len(s.ids), reference_forward=measured_kl) for s in samples)),
+            * float(
+                sum(
+                    update_flops(self.shape, s.completion_start, s.trained_tokens, reference_forward=measured_kl)
+                    for s in samples
+                )
+            ),
         }
         if not (g.kl_coef > 0 or measured_kl):
             del stats["kl"]
