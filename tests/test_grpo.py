@@ -286,6 +286,18 @@ def test_grpo_loss_without_reference_needs_zero_kl_coef():
         grpo_loss(logp, torch.zeros(2, 2), None, ADV, LOSS_MASK, 0.2, 0.1, "token")
 
 
+def test_a_measured_kl_that_overflows_does_not_reach_a_loss_without_a_kl_term():
+    # kl_coef 0 with the KL measured (the health guard's steps): a token 93 nats below the reference has k3 = inf
+    # in float32, and 0 x inf made the loss and that token's gradient NaN before the guard could see it
+    logp = torch.tensor([[-2.0, -95.0]], requires_grad=True)
+    loss, stats = grpo_loss(
+        logp, logp.detach(), torch.tensor([[-2.0, -1.0]]), torch.tensor([1.0]), torch.ones(1, 2), 0.2, 0.0
+    )
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logp.grad).all() and stats["kl"] == math.inf
+    close(loss, -1.0)  # the surrogate alone: -A at ratio 1
+
+
 def test_token_mode_gradient_at_ratio_one_is_minus_advantage_over_n():
     # on-policy: old = ref = logp, so ratio 1 (no clipping) and k3' = 0; d loss / d logp = -A / N on trained tokens
     gen = torch.Generator().manual_seed(1)

@@ -243,7 +243,8 @@ def grpo_loss(
     old_logp = torch.where(trained, old_logp.to(logp.dtype), zero)
     surrogate, clipped = clipped_surrogate(logp, old_logp, advantages, clip_eps)
     kl = zero if ref_logp is None else kl_k3(logp, torch.where(trained, ref_logp.to(logp.dtype), zero))
-    loss = aggregate(surrogate + kl_coef * kl, trained, mode, denominator)
+    per_token = surrogate + kl_coef * kl if kl_coef else surrogate  # a measured k3 can be inf: 0 x inf is NaN
+    loss = aggregate(per_token, trained, mode, denominator)
     with torch.no_grad():
         n = int(trained.sum())
         if n == 0:
