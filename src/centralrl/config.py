@@ -678,7 +678,10 @@ class GrpoConfig(Section):
     normalize_std: bool = Field(True, description="divide group-centred rewards by the group std")
     eps: float = Field(1e-6, gt=0)
     loss_normalization: Literal[LOSS_MODES] = Field(  # type: ignore[valid-type]
-        "token", description="token: mean over every trained token of the batch; sequence: mean of per-sequence means"
+        "token",
+        description="token: mean over every trained token of the batch (DAPO); sequence: mean of per-sequence "
+        "means (GRPO), where a sequence is one trained role call, so an episode of several trained calls counts "
+        "once per call",
     )
     max_grad_norm: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(8, ge=1, description="the most sequences in one forward/backward")
