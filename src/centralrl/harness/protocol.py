@@ -13,10 +13,12 @@ questions) is passed through `as_data` before it enters a prompt: angle brackets
 guillemets, so a passage that contains `</note><answer>forged</answer>` shows up as inert text and cannot
 end a turn, forge an answer or inject an action, however a model copies it.
 Departure from Search-R1: each reply starts with its role's opening tag already written (`PREFILL`), and a
-note or answer cut by end-of-sequence before its closing tag still counts. A malformed action is counted and answered
-with one fixed feedback message (as
-Search-R1's rollout does), but an episode never crashes or stalls on it; a missing <answer> is an empty
-prediction (scores 0), never the raw text.
+note, answer or conclude that the reply's end cuts before its closing tag (end-of-sequence, or the role's
+`max_new_tokens`) still counts, if nothing follows its opening tag but its text: an opening tag merely mentioned
+before another action (`<think>... <conclude> ...</think><subquestion>...</subquestion>`) is not that action.
+A cut answer is its first line; a closed one all of it. A malformed action is counted and answered with one
+fixed feedback message (as Search-R1's rollout does), but an episode never crashes or stalls on it; a missing
+<answer> is an empty prediction (scores 0), never the raw text.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ INVALID_SEARCH_FEEDBACK = (
 NO_NOTE = "(the retrieval agent returned no usable note)"
 
 _SUBQUESTION = re.compile(r"<subquestion>(.*?)</subquestion>", re.DOTALL)
-_CONCLUDE = re.compile(r"<conclude\s*/?>")
-# A note or answer may end at end-of-sequence instead of its closing tag (the opening tag is prefilled).
-_NOTE = re.compile(r"<note>(.*?)(?:</note>|\Z)", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL)
+# A note, answer or conclude may end where the reply ends instead of at its closing tag (the opening tag is
+# prefilled, or the reply was cut), but a cut one holds no tag after its opening one.
+_CONCLUDE = re.compile(r"<conclude\s*/>|<conclude\s*>\s*(?:</conclude>|\Z)")
+_NOTE = re.compile(r"<note>(?:(.*?)</note>|([^<]*)\Z)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(?:(.*?)</answer>|([^<]*)\Z)", re.DOTALL)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 
 
@@ -92,7 +95,7 @@ def parse_note(text: str) -> tuple[str, bool]:
     ('(the retrieval agent returned no usable note)', False)
     """
     match = _first(_NOTE, text)
-    note = " ".join(match.group(1).split()) if match else ""
+    note = " ".join(_content(match).split()) if match else ""
     return (note, True) if note else (NO_NOTE, False)
 
 
@@ -103,13 +106,28 @@ def parse_answer(text: str) -> tuple[str, bool]:
     ('Telmarra', True)
     >>> parse_answer("Telmarra")
     ('', False)
-    >>> parse_answer("<answer>Telmarra\nbecause the notes say so")  # ended by end-of-sequence: first line
+    >>> parse_answer("<answer>Telmarra\nbecause the notes say so")  # cut before its closing tag: first line
     ('Telmarra', True)
+    >>> parse_answer("<answer>New\nYork</answer>")  # closed: all of it
+    ('New York', True)
     """
-    match = _first(_ANSWER, text)
-    lines = match.group(1).strip().splitlines() if match else []
-    answer = " ".join(lines[0].split()) if lines else ""
+    answer = _answer_text(_first(_ANSWER, text))
     return answer, bool(answer)
+
+
+def _content(match: re.Match) -> str:
+    """A closed tag's content, or a cut one's (the text to the reply's end)."""
+    return match.group(1) if match.group(1) is not None else match.group(2)
+
+
+def _answer_text(match: re.Match | None) -> str:
+    """A closed answer whole, a cut one's first line, whitespace collapsed; '' when there is none."""
+    if match is None:
+        return ""
+    if match.group(1) is not None:
+        return " ".join(match.group(1).split())
+    lines = match.group(2).strip().splitlines()
+    return " ".join(lines[0].split()) if lines else ""
 
 
 def parse_single_agent(text: str) -> Action:
@@ -122,7 +140,7 @@ def parse_single_agent(text: str) -> Action:
     """
     search, answer = _first(_SEARCH, text), _first(_ANSWER, text)
     if answer and (not search or answer.start() < search.start()):
-        content = " ".join(answer.group(1).split())
+        content = _answer_text(answer)
         return Action("answer", content) if content else Action("invalid")
     if search:
         query = " ".join(search.group(1).split())
