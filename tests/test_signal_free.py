@@ -13,7 +13,9 @@ from centralrl.config import load_config
 from conftest import TOY, toy_questions, write_params
 
 
-def _trainer(tiny_backbone, tmp_path, trainable: list[str], grpo: dict | None = None, health: dict | None = None):
+def _trainer(
+    tiny_backbone, tmp_path, trainable: list[str], grpo: dict | None = None, health: dict | None = None, **params
+):
     from centralrl.harness.engine import RolePolicy
     from centralrl.config import role_adapters
     from centralrl.models.adapters import attach_adapters
@@ -23,7 +25,7 @@ def _trainer(tiny_backbone, tmp_path, trainable: list[str], grpo: dict | None = 
     from centralrl.schema import Passage
 
     train = {"grpo": {**TOY["train"]["grpo"], "kl_coef": 0.02, **(grpo or {})}, "health": health or {}}
-    cfg = load_config(write_params(tmp_path, {**TOY, "train": train}))
+    cfg = load_config(write_params(tmp_path, {**TOY, "train": train, **params}))
     model, tokenizer = load_backbone(tiny_backbone)
     adapters = role_adapters(trainable, "per_role")
     torch.manual_seed(0)
@@ -68,6 +70,21 @@ def test_one_informative_group_moves_only_the_trainable_adapters(tiny_backbone, 
     assert metrics["skipped"] == 0.0 and metrics["informative_groups"] == 1.0 and metrics["informative_share"] == 0.5
     informative = sum(len(c.completion_ids) for e in episodes[:4] for c in e.calls if c.adapter == "conclusion")
     assert metrics["trained_tokens.conclusion"] == informative  # the equal-reward group trains no token
+
+
+def test_the_updates_dropout_masks_derive_from_the_seed_and_step_not_the_global_generator(tiny_backbone, tmp_path):
+    """A resumed run restores no generator: a mask drawn from the global one (on CUDA, or in another process,
+    never saved) made the resumed update differ from the uninterrupted one."""
+    moved = []
+    for global_seed in (1, 2):
+        trainer = _trainer(tiny_backbone, tmp_path / str(global_seed), ["central"], lora={"dropout": 0.5})
+        episodes = trainer.rollout()
+        torch.manual_seed(global_seed)
+        state = torch.get_rng_state()
+        trainer.learn(episodes, SIGNAL)
+        assert torch.equal(torch.get_rng_state(), state)  # the global generator is as it was
+        moved.append(_weights(trainer))
+    assert all(torch.equal(moved[0][name], moved[1][name]) for name in moved[0])
 
 
 def test_the_informative_groups_own_episodes_are_trained_with_their_own_advantages(tiny_backbone, tmp_path):

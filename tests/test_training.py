@@ -258,7 +258,8 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path, capsy
     )
     assert re.search(r"\(process 1 of 1\): resumed from step [1-3], now at step 4;", resumed.stdout), resumed.stdout
     assert _file_hashes(folder / "killed" / "adapters") == _file_hashes(folder / "straight" / "adapters")
-    assert (folder / "killed" / "history.jsonl").read_bytes().count(b"\n") == 4
+    for name in ("history.jsonl", "budgets.json", "metrics.json"):  # every output, not the adapters alone
+        assert (folder / "killed" / name).read_bytes() == (folder / "straight" / name).read_bytes(), name
     initial = fresh_adapter_weights(folder, params, "joint")
     assert changed(
         initial["central"], adapter_weights(folder / "killed" / "adapters" / "end")["central"]
@@ -381,3 +382,21 @@ def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):
     inputs = input_hashes([entry])
     assert len({fingerprint(cfg, "joint", 0, "main", inputs, code) for code in (before, after)}) == 2
     assert len({start_scores_key(cfg, "main", "central", inputs, code) for code in (before, after)}) == 2
+
+
+def test_a_state_saved_under_another_thread_count_is_not_resumed(tmp_path):
+    """`threads: auto` follows the machine, and another thread count sums floats in another order: a run killed
+    under 2 threads and resumed under 1 matched neither uninterrupted run."""
+    from centralrl.rl.run import fingerprint, start_scores_key
+
+    cfg = load_config(write_params(tmp_path))
+    threads, keys = torch.get_num_threads(), set()
+    try:
+        for n in (threads, threads + 1):
+            torch.set_num_threads(n)
+            keys.add(
+                (fingerprint(cfg, "joint", 0, "main", [], "code"), start_scores_key(cfg, "main", "x", [], "code"))
+            )
+    finally:
+        torch.set_num_threads(threads)
+    assert len({fingerprint for fingerprint, _ in keys}) == len({key for _, key in keys}) == 2

@@ -1,10 +1,11 @@
 """The saved state of a GRPO run, so that a killed run resumes and ends byte-identical to an uninterrupted one.
 
 A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
-torch / python / numpy generator states, the history, the budget cuts so far, the wall-clock spent, and the
-run's fingerprint (the params, inputs and code that shaped it). It is written atomically and replaces the older
+history, the budget cuts so far, the wall-clock spent, and the run's fingerprint (the params, inputs, code and
+machine that shaped it). No generator state: every draw of a step derives from (seed, step), the update's
+dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written atomically and replaces the older
 steps. `latest_state` picks the newest complete state with the caller's fingerprint and removes the states of
-any other run (other params, inputs or code), so they are never resumed; `restore` loads one into a trainer.
+any other run (other params, inputs, code or machine), so they are never resumed; `restore` loads one into a trainer.
 A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run
 writes its outputs.
 """
@@ -12,12 +13,10 @@ writes its outputs.
 from __future__ import annotations
 
 import pickle
-import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from peft import set_peft_model_state_dict
 from safetensors import SafetensorError
@@ -69,7 +68,7 @@ def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
     """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
     done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
     if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
-        print(f"{state_dir}: saved by a run with other params, inputs or code; starting from step 0")
+        print(f"{state_dir}: saved by a run with other params, inputs, code or machine; starting from step 0")
         shutil.rmtree(state_dir)
         return None
     return done[-1] if done else None
@@ -128,9 +127,6 @@ def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
     state = torch.load(checkpoint / "trainer.pt", weights_only=False)
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
     meta = read_json(checkpoint / "meta.json")
     trainer.step = int(meta["step"])
     trainer.policy.weights_changed()
@@ -141,7 +137,4 @@ def _trainer_state(trainer: Trainer) -> dict:
     return {
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(),
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
     }

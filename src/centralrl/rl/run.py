@@ -15,7 +15,7 @@ schedule's horizon, so every cut is a prefix of the same run).
 Resume: every `checkpoint_every` steps (and once every budget is cut) the whole state is saved
 (`centralrl.rl.checkpoint`). Its fingerprint covers the params that shape the run, the content of its inputs
 and the code the train stage runs: the stage's entry file and every project file it imports, the same rule as
-the stage's DVC deps (`centralrl.codedeps`). A state left by other params, inputs or code is never resumed.
+the stage's DVC deps (`centralrl.codedeps`). A state left by other params, inputs, code or machine is never resumed.
 
 The phases of a step (`Phases`: build, rollout, reward, update, checkpoint) are plain calls here; the Prefect
 flow `train-arm` runs the same phases as tasks. With `train.processes` > 1 every process runs `train_cell`
@@ -42,6 +42,7 @@ from centralrl.compute import accelerator_hours, peak_memory
 from centralrl.config import Config, load_config
 from centralrl.distributed import World
 from centralrl.errors import DataError, OutputError
+from centralrl.hardware import hardware_tags
 from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_directory, pretty_json, read_json, write_json, write_jsonl
 from centralrl.metrics import refuse_empty_answers
@@ -64,8 +65,9 @@ def code_sha256(entry: Path) -> str:
 
 def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[str], code: str) -> str:
     """What makes a saved state resumable: the params that shape this run, the content of its inputs (their
-    `input_hashes`), and the code that runs it (a fix to the trainer must not resume a state the old trainer
-    left)."""
+    `input_hashes`), the code that runs it (a fix to the trainer must not resume a state the old trainer
+    left), and the machine's part (`hardware_tags`: the thread count and the CPU's bf16, which `threads: auto`
+    and `precision: auto` resolve from; a run resumed under another would match no uninterrupted run)."""
     shaping = cfg.model_dump(include={"train", "lora", "harness", "budgets"}) | {
         "arm": cfg.arm(arm).model_dump(),
         "seed": seed,
@@ -73,20 +75,24 @@ def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[st
         "top_k": cfg.retrieval.top_k,
         "inputs": inputs,
         "code": code,
+        "machine": hardware_tags(),
     }
     return _sha256(shaping)
 
 
 def start_scores_key(cfg: Config, backbone: str, topology: str, inputs: list[str], code: str) -> str:
     """What the start's greedy dev scores depend on: the harness, retrieval and dev params, the backbone, the
-    topology, the content of the inputs and the code. Not the arm or the seed: a fresh LoRA adapter's B is zero,
-    so the start plays exactly as it does without adapters, and dev episodes are greedy."""
+    topology, the processes that share the scoring, the content of the inputs, the code and the machine's part
+    (as in `fingerprint`). Not the arm or the seed: a fresh LoRA adapter's B is zero, so the start plays exactly
+    as it does without adapters, and dev episodes are greedy."""
     shaping = cfg.model_dump(include={"harness", "retrieval"}) | {
         "dev": cfg.train.dev.model_dump(),
+        "processes": cfg.train.processes,
         "model": cfg.backbone(backbone).model_dump(),
         "topology": topology,
         "inputs": inputs,
         "code": code,
+        "machine": hardware_tags(),
     }
     return _sha256(shaping)
 

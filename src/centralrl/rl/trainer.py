@@ -49,8 +49,8 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -415,6 +415,16 @@ class Trainer:
         g = self.cfg.train.grpo
         return torch.tensor(episode_rewards(episodes, self.cfg)).view(-1, g.group_size)
 
+    @contextmanager
+    def _update_draws(self) -> Iterator[None]:
+        """The update's random draws (LoRA dropout's masks) from a generator seeded by (seed, step, process) and
+        the global one put back after: a resumed run draws the same masks with nothing to restore, on any device
+        and in every process."""
+        devices = [self.world.device] if self.world.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(derive_seed(self.seed, "update", self.step, self.world.rank))
+            yield
+
     def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
         """Advantages, then one accumulated update of every trainable adapter over the informative groups only
         (gradients summed over processes), optimizer and schedule step; the step's metrics over every process.
@@ -431,7 +441,8 @@ class Trainer:
         grad_norm = 0.0
         measured = bool(informative_groups) and self.measures_kl()
         if informative_groups:
-            local, grad_norm = self._optimize(samples, denominator, measured)
+            with self._update_draws():
+                local, grad_norm = self._optimize(samples, denominator, measured)
         self.step += 1
         metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm, measured)
         # sorted: a set of adapter names iterates in an order that changes with PYTHONHASHSEED (the history bytes)
