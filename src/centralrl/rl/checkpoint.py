@@ -3,11 +3,11 @@
 A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
 history, the budget cuts so far, the wall-clock spent, and the run's fingerprint (the params, inputs, code and
 machine that shaped it). No generator state: every draw of a step derives from (seed, step), the update's
-dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written atomically and replaces the older
-steps. `latest_state` picks the newest complete state with the caller's fingerprint and removes the states of
-any other run (other params, inputs, code or machine), so they are never resumed; `restore` loads one into a trainer.
-A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run
-writes its outputs.
+dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
+atomically and replaces the older steps. `latest_state` picks the newest complete state with the caller's
+fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
+resumed; `restore` loads one into a trainer. A budget's cut (`save_cut`) is a snapshot of the adapters, kept
+under `state_dir/cuts/<budget>/` until the run writes its outputs.
 """
 
 from __future__ import annotations

@@ -337,8 +337,8 @@ def supervised_finetune(
         own_memory(model)  # or the spilled originals stay resident as the mapped checkpoint's pages
     losses: list[float] = []
     trained_tokens = 0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
+    with torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda" else []):
+        torch.manual_seed(cfg.seed)  # seeds CUDA's generator too: forked above so that it is put back as well
         peft_model = attach_adapters(model, {role: SHARED for role in ROLES}, lora)
         if cfg.activation_checkpointing:
             set_activation_checkpointing(peft_model, True)
