@@ -56,6 +56,21 @@ def test_stop_word_queries_return_nothing_and_leave_the_others_searched(backend)
     assert hits[1] == index.search(["Oshvania capital"], 3)[0] and hits[1][0].id == "p4"
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_equal_scores_rank_in_passage_order_past_the_fetch_margin(backend):
+    """30 passages score the same for the query and one scores higher: the hits are the higher one, then the tied
+    ones in corpus order, with either scorer (bm25s ordered ties as its selection happened to: numba and numpy
+    differently); 30 ties reach past the first fetch of k + TIE_MARGIN, so the search goes deeper."""
+    twins = [Passage(f"t{i:02d}", "Twin", "Brelm lies on the river Dun.") for i in range(30)]
+    best = Passage("best", "Brelm", "Brelm, Brelm: the river Dun runs through Brelm.")
+    filler = [Passage(f"f{i}", f"Filler {i}", f"An unrelated town number {i}.") for i in range(20)]
+    index = Bm25sIndex.build(filler[:10] + twins[::-1] + [best] + filler[10:], 1.2, 0.75, True, backend)
+    for k in (1, 3, 12, 31):
+        hits = index.search(["Brelm river"], k)[0]
+        assert [h.id for h in hits] == ["best"] + [f"t{i:02d}" for i in range(29, 29 - (k - 1), -1)]
+        assert len({h.score for h in hits[1:]}) <= 1
+
+
 def test_k_larger_than_corpus(index):
     assert len(index.search(["Telmarra Oshvania Okosi Ember"], k=50)[0]) == 4
 

@@ -24,6 +24,7 @@ from centralrl.schema import Passage, read_passages
 
 PASSAGES_FILE = "passages.jsonl"
 SETTINGS_FILE = "centralrl_index.json"
+TIE_MARGIN = 8  # passages fetched past k, so that a tie at the cut is rarely searched again
 
 
 def resolve_backend(requested: str) -> str:
@@ -129,13 +130,30 @@ class Bm25sIndex:
         # refuses a batch whose first query has none, so only the others are searched
         searched = [i for i, query in enumerate(tokens) if query]
         hits: list[list[Hit]] = [[] for _ in queries]
-        if searched:
-            documents, scores = self.model.retrieve(
-                [tokens[i] for i in searched], k=k, show_progress=False, n_threads=1
-            )
-            for i, row_docs, row_scores in zip(searched, documents, scores):
-                hits[i] = self._hits(row_docs, row_scores)
+        for i, (row_docs, row_scores) in zip(searched, self._ranked([tokens[i] for i in searched], k)):
+            hits[i] = self._hits(row_docs[:k], row_scores[:k])
         return hits
+
+    def _ranked(self, tokens: list[list[str]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each query's top passages by score, equal scores by passage order, at least k and every passage that
+        ties the k-th. bm25s's top-k selection orders ties as its scorer happens to (numba and numpy differently,
+        which moved 58 of 660 of the world's top-3 lists), so a tie at the cut is searched deeper until the last
+        passage fetched scores below the k-th, then sorted stably."""
+        ranked: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, int), np.empty(0))] * len(tokens)
+        pending, fetch = list(range(len(tokens))), min(k + TIE_MARGIN, len(self.passages))
+        while pending:
+            documents, scores = self.model.retrieve(
+                [tokens[i] for i in pending], k=fetch, show_progress=False, n_threads=1
+            )
+            deeper = []
+            for i, row_docs, row_scores in zip(pending, documents, scores):
+                if fetch < len(self.passages) and row_scores[k - 1] > 0 and row_scores[-1] == row_scores[k - 1]:
+                    deeper.append(i)
+                    continue
+                order = np.lexsort((row_docs, -row_scores))
+                ranked[i] = (row_docs[order], row_scores[order])
+            pending, fetch = deeper, min(2 * fetch, len(self.passages))
+        return ranked
 
     def _hits(self, documents: np.ndarray, scores: np.ndarray) -> list[Hit]:
         hits = []
