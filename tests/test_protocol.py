@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from centralrl.harness.protocol import Action, parse_answer, parse_central, parse_note, parse_single_agent
+from centralrl.harness.protocol import (
+    STOP_STRINGS,
+    Action,
+    parse_answer,
+    parse_central,
+    parse_note,
+    parse_single_agent,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,3 +59,19 @@ def test_answers_and_notes_are_read_alike_in_every_role():
     assert parse_answer("<answer>Oslo <note>x</note>") == ("", False)  # cut, but a tag follows
     assert parse_note("<note>A was born in") == ("A was born in", True)  # cut by max_new_tokens: kept
     assert parse_note("<note>A <think>y")[1] is False
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "done</think><conclude/>",
+        "done</think><conclude />",
+        "x</think><conclude></conclude>",
+        "x<conclude> </conclude>",
+    ],
+)
+def test_every_closed_conclude_the_parser_accepts_ends_generation(reply):
+    """Generation stops at a stop string; a conclude the parser accepts but no stop ends (`<conclude />` did) ran
+    on to `max_new_tokens`, and those tokens were trained with the episode's advantage."""
+    assert parse_central(reply).kind == "conclude"
+    assert any(stop in reply for stop in STOP_STRINGS["central"])

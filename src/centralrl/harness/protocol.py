@@ -41,7 +41,7 @@ NO_NOTE = "(the retrieval agent returned no usable note)"
 _SUBQUESTION = re.compile(r"<subquestion>(.*?)</subquestion>", re.DOTALL)
 # A note, answer or conclude may end where the reply ends instead of at its closing tag (the opening tag is
 # prefilled, or the reply was cut), but a cut one holds no tag after its opening one.
-_CONCLUDE = re.compile(r"<conclude\s*/>|<conclude\s*>\s*(?:</conclude>|\Z)")
+_CONCLUDE = re.compile(r"<conclude ?/>|<conclude\s*>\s*(?:</conclude>|\Z)")  # stops end the first two
 _NOTE = re.compile(r"<note>(?:(.*?)</note>|([^<]*)\Z)", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(?:(.*?)</answer>|([^<]*)\Z)", re.DOTALL)
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
@@ -155,7 +155,7 @@ PREFILL = {"central": "<think>", "retrieval": "<note>", "conclusion": "<answer>"
 
 # Generation stops as soon as a role closes its action, so nothing after the action is generated or trained.
 STOP_STRINGS = {
-    "central": ["</subquestion>", "</conclude>", "<conclude/>"],
+    "central": ["</subquestion>", "</conclude>", "<conclude/>", "<conclude />"],
     "retrieval": ["</note>"],
     "conclusion": ["</answer>"],
     "agent": ["</search>", "</answer>"],
