@@ -232,3 +232,14 @@ def test_wrapping_a_backbone_in_adapters_prints_no_deprecation_warning(tiny_back
         save_adapters(model, tmp_path)
         load_adapters(load_backbone(tiny_backbone)[0], tmp_path, ["central"])
     assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
+
+
+def test_an_invalid_single_agent_reply_ended_by_end_of_sequence_goes_on_without_it(backbone, test_questions):
+    """The feedback follows an invalid reply in the same assistant turn: an end-of-sequence there (the record keeps
+    it) would show the model a closed turn that goes on."""
+    tokenizer = backbone[1]
+    script = {"agent": lambda p: "Telmarra</answer>" if p.endswith("<answer>") else f"no idea{tokenizer.eos_token}"}
+    episode = run_single_agent(test_questions[:1], ScriptedPolicy(tokenizer, script), TaggedPassages(), settings())[0]
+    assert episode.invalid_actions == 2 and episode.calls[0].completion_ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.eos_token_id not in episode.context_ids
+    assert "no idea\nYour last reply had no valid action" in tokenizer.decode(episode.context_ids)

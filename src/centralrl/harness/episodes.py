@@ -193,7 +193,7 @@ def _agent_step(
     for episode, generation in zip(episodes, _generate(policy, "agent", prompts, s.max_new_tokens.agent, s, step)):
         action = parse_single_agent(generation.text)
         episode.record(policy, "agent", step, generation, action.kind != "invalid")
-        episode.context_ids += generation.completion_ids
+        episode.context_ids += _without_eos(policy, generation.completion_ids)
         episode.turns += 1
         if action.kind == "answer":
             episode.prediction, episode.concluded = action.text, True
@@ -209,6 +209,14 @@ def _agent_step(
             episode.notes.append((query, P.format_passages(hits, s.passage_chars)))
             episode.retrieved.append([hit.id for hit in hits])
             episode.context_ids += _encode(policy, P.information_block(hits, s.passage_chars))
+
+
+def _without_eos(policy: RolePolicy, ids: Sequence[int]) -> list[int]:
+    """A reply as the transcript goes on from it: an invalid one that ended its turn with end-of-sequence continues
+    with the feedback, in the same assistant turn, so the end-of-sequence is left out (the record keeps it: the
+    model generated it), as Search-R1's rollout, which decodes replies without special tokens."""
+    ids = list(ids)
+    return ids[:-1] if ids and ids[-1] == policy.tokenizer.eos_token_id else ids
 
 
 def _force_answers(episodes: list[Episode], base: dict[int, list[int]], policy: RolePolicy, s: RunSettings) -> None:
