@@ -121,6 +121,7 @@ def test_several_updates_per_rollout_step_the_optimizer_each_time_and_the_clip_b
     assert three["flops.update"] == 3 * one["flops.update"] > 0
     assert three["trained_tokens.conclusion"] == one["trained_tokens.conclusion"]  # generated once, trained thrice
     assert one["clip_fraction"] < three["clip_fraction"]
+    assert one["logprob_drift"] < three["logprob_drift"]  # logged: the first pass's gap, the later passes' moves
     assert _moved(_weights(once), thrice)  # three steps end elsewhere than one
 
 

@@ -517,6 +517,9 @@ class Trainer:
             "loss": totals["loss"],
             "clip_fraction": totals["clipped"] / max(totals["tokens"], 1.0),
             "kl": totals["kl"] / max(totals["tokens"], 1.0),
+            # mean |update log-prob - rollout log-prob| per trained token: the precision gap (bf16 rollouts, a float32
+            # update) the clip absorbs, which clip_fraction alone mixes with the policy's movement (mu > 1)
+            "logprob_drift": totals["drift"] / max(totals["tokens"], 1.0),
             "grad_norm": grad_norm,
             "learning_rate": self.scheduler.get_last_lr()[0],
             "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
