@@ -15,9 +15,15 @@ rows; - the cache is written in place: a transformers `DynamicCache` whose layer
 the batch's prompts and `max_new_tokens` allocated at prefill (transformers' own layer concatenates, copying the
 whole cache, at every decode step); - the stop test is `ends_action`, the rule `trim_generation` cuts by, applied
 as each token arrives. Sampling draws each prompt's tokens from its own `torch.Generator`, seeded from (call seed,
-role, the prompt's index in the call), as the vLLM engine seeds per prompt: a prompt's tokens do not depend on
-which batch, bucket or row it lands in, and the same inputs give the same tokens. A token is drawn by inverse CDF
-(one uniform per token, `_sample`), not `torch.multinomial` (a random number per vocabulary entry). Greedy takes
+role, the prompt's index in the call), as the vLLM engine seeds per prompt: a prompt's random stream does not
+depend on which batch, bucket or row it lands in, and the same inputs give the same tokens. Its tokens do, in the
+last bits: the batch's shapes (its shared prefix, its padding) change the logits' rounding, by about 3e-2 in bf16
+between a prompt in a batch of 12 and alone, and a draw flips where that moves a boundary past the uniform
+(measured over 20,000 draws per prompt: 32 flips in 1,000 in bf16, 4 in 100,000 in float32), so `batch_size` and
+the thread count are inputs too. A token is drawn by inverse CDF (one uniform per token, `_sample`), not
+`torch.multinomial` (a random number per vocabulary entry). An exponential race (argmax of p / E, E ~ Exp(1) per
+vocabulary entry, as vLLM samples) flipped 1 draw in 1,000 in bf16 but cost 27 ms per decode step of 16 rows
+against inverse CDF's 2.8 ms (a third of a step or more: SmolLM2 generates about 88 tokens/s for 8 rows). Greedy takes
 the argmax of the raw logits, as `model.generate` does. Departures from `model.generate`: the shared prefix and the
 dropped rows change the shapes of the matmuls, so logits can differ from generate's in the last float bits (the
 tests check that greedy tokens agree); sampled tokens differ from generate's (another random stream).
