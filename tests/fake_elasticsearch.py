@@ -6,6 +6,7 @@ for exactly the subset of endpoints `centralrl.retrieval.elastic` uses:
     PUT /{index}                      create, storing settings and mappings (400 if it exists)
     DELETE /{index}                   delete (404 index_not_found_exception if absent)
     HEAD /{index}                     exists (200 / 404)
+    GET /{index}/_settings            the stored settings plus `index.uuid` (a new one each time the index is created)
     PUT|POST [/{index}]/_bulk         NDJSON `index` actions, per-item results; documents become visible on refresh
     POST|GET /{index}/_refresh
     POST|GET /{index}/_count
@@ -34,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+from uuid import uuid4
 
 CONTENT_TYPE = "application/vnd.elasticsearch+json;compatible-with=9"
 BUILTIN_ANALYZERS = {"standard", "simple", "whitespace", "stop", "keyword", "english"}
@@ -64,6 +66,7 @@ class FakeIndex:
     mappings: dict
     docs: dict[str, dict] = field(default_factory=dict)  # searchable (refreshed)
     pending: dict[str, dict] = field(default_factory=dict)  # indexed, visible after the next refresh
+    uuid: str = field(default_factory=lambda: uuid4().hex)
 
     def similarity(self) -> tuple[float, float]:
         settings = self.settings.get("index", self.settings)
@@ -189,6 +192,10 @@ class FakeElasticsearch:
             index.docs.update(index.pending)
             index.pending.clear()
             return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}
+        if len(parts) == 2 and parts[1] == "_settings" and method == "GET":
+            index = self._get(parts[0])
+            settings = {**index.settings.get("index", index.settings), "uuid": index.uuid}
+            return 200, {parts[0]: {"settings": {"index": settings}}}
         if len(parts) == 2 and parts[1] == "_count" and method in ("GET", "POST"):
             if body and json.loads(body):
                 raise EsError(400, "illegal_argument_exception", "the double supports _count without a body only")

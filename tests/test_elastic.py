@@ -14,6 +14,8 @@ from elasticsearch import BadRequestError
 
 from centralrl.config import ElasticsearchConfig, RetrievalConfig
 from centralrl.errors import RetrievalError, ServiceUnavailable
+from centralrl.io import read_json
+from centralrl.retrieval import build_index, open_retriever, save_index
 from centralrl.retrieval.elastic import ElasticsearchIndex
 from centralrl.schema import Passage
 from tests.fake_elasticsearch import FakeElasticsearch
@@ -131,6 +133,28 @@ def test_recreate_replaces_the_old_index(fake: FakeElasticsearch) -> None:
     assert index.count() == 10
     assert [hit.id for hit in index.search(["willow"], k=3)[0]] == []  # word 22 lived only in the old index
     assert index.search(["cobalt"], k=1)[0][0].id == "pnew2"
+
+
+def test_index_directory_opens_only_the_cluster_index_it_was_built_with(fake: FakeElasticsearch, tmp_path) -> None:
+    def cfg(index: str = "shared", url: str = fake.url, k1: float = 1.2) -> RetrievalConfig:
+        return RetrievalConfig(backend="elasticsearch", k1=k1, elasticsearch=ElasticsearchConfig(url=url, index=index))
+
+    save_index(build_index(corpus(20), cfg()), cfg(), 20, tmp_path / "a")
+    manifest = read_json(tmp_path / "a" / "manifest.json")
+    assert (manifest["index_uuid"], manifest["passages"]) == (fake.indices["shared"].uuid, 20)
+    assert open_retriever(cfg(), tmp_path / "a").search(["amber"], k=1)[0][0].id == "p0"
+
+    with pytest.raises(RetrievalError, match=r"built with \{'index': 'shared'\}, params say \{'index': 'other'\}"):
+        open_retriever(cfg(index="other"), tmp_path / "a")
+    with pytest.raises(
+        RetrievalError, match=rf"built with \{{'url': '{fake.url}'\}}, params say \{{'url': 'http://es:9200'\}}"
+    ):
+        open_retriever(cfg(url="http://es:9200"), tmp_path / "a")
+
+    build_index(corpus(5, tag="x"), cfg(k1=0.5))  # another experiment rebuilds the same cluster index
+    with pytest.raises(RetrievalError, match="cluster index shared at .* was rebuilt or changed since") as caught:
+        open_retriever(cfg(), tmp_path / "a")
+    assert "'passages': 20}, now {'index_uuid': " in str(caught.value) and "'passages': 5}" in str(caught.value)
 
 
 @pytest.mark.parametrize(

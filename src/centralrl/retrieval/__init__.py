@@ -8,9 +8,10 @@
 Elasticsearch a manifest naming the cluster index it filled, for hybrid one subdirectory per fused backend);
 `open_retriever` turns that directory back into a Retriever. Every directory has a `manifest.json`: the
 backend, the settings the index was built with (`index_settings`), the passage count and the corpus sha256
-(`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder. `open_retriever` refuses an
-index whose settings differ from the params (naming both sides), and, when given the corpus file, one built
-over another corpus.
+(`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder, or the url, name and uuid of
+an Elasticsearch index. `open_retriever` refuses an index whose settings differ from the params (naming both
+sides), an Elasticsearch index recreated or changed since (another uuid or passage count), and, when given the
+corpus file, one built over another corpus.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def save_index(index: Retriever, cfg: RetrievalConfig, passages: int, directory:
     if cfg.backend == "dense":
         manifest |= {"dimension": index.encoder.dimension, "encoder_sha256": index.encoder.weights_sha256}
     if cfg.backend == "elasticsearch":
-        manifest |= {"url": cfg.elasticsearch.url, "index": cfg.elasticsearch.index}
+        manifest |= {"url": cfg.elasticsearch.url, "index": cfg.elasticsearch.index, "index_uuid": index.uuid()}
     write_json(directory / MANIFEST, manifest)
 
 
@@ -153,7 +154,23 @@ def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Pa
         return _hybrid(
             {name: open_retriever(_as(cfg, name), directory / name, corpus) for name in cfg.hybrid.backends}, cfg
         )
-    return _elasticsearch(cfg)
+    return _open_elasticsearch(cfg, directory, manifest)
+
+
+def _open_elasticsearch(cfg: RetrievalConfig, directory: Path, manifest: dict) -> Retriever:
+    """The cluster index the manifest names, refused when params name another or it was recreated or changed
+    since (another uuid or passage count: another build, perhaps another experiment's, replaced it)."""
+    es = cfg.elasticsearch
+    _refuse_mismatch(manifest, {"url": es.url, "index": es.index}, directory)
+    index = _elasticsearch(cfg)
+    now = {"index_uuid": index.uuid(), "passages": index.count()}
+    built = {key: manifest.get(key) for key in now}
+    if now != built:
+        raise RetrievalError(
+            f"{directory}: the cluster index {es.index} at {es.url} was rebuilt or changed since this index directory "
+            f"was built (then {built}, now {now}); rebuild it"
+        )
+    return index
 
 
 def _open_dense(cfg: RetrievalConfig, directory: Path, manifest: dict) -> Retriever:

@@ -322,6 +322,14 @@ class ElasticsearchIndex:
                 )
         return hits
 
+    def uuid(self) -> str:
+        """The cluster's id of the index (`settings.index.uuid`), new each time the index is created; an alias's
+        indices' ids, space-separated."""
+        answer = self._call(
+            f"reading the settings of {self.index}", lambda: self.client.indices.get_settings(index=self.index)
+        )
+        return " ".join(sorted(index["settings"]["index"]["uuid"] for index in answer.body.values()))
+
     def count(self) -> int:
         """Passages searchable in the index now."""
         return int(self._call(f"counting {self.index}", lambda: self.client.count(index=self.index))["count"])
