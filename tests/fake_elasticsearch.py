@@ -22,7 +22,9 @@ and b read from the index's stored `similarity.default` settings. Analysis is lo
 words, no stemming), and a `match` on a field searches that field plus every field whose mapping `copy_to`s it.
 
 Test hooks: `requests` records what arrived (method, path, lower-cased headers, body); `reject_ids` makes bulk
-items with those ids fail (standing in for a mapping conflict); `unavailable` answers every request 503.
+items with those ids fail (standing in for a mapping conflict); `unavailable` answers every request 503;
+`answer_next` lists HTTP statuses (429 or 503) the next requests get, one each, instead of an answer;
+`busy_bulks` makes the next that many bulk requests reject every item with 429 (a full write queue).
 """
 
 from __future__ import annotations
@@ -90,6 +92,14 @@ def _index_missing(name: str) -> EsError:
     return EsError(404, "index_not_found_exception", f"no such index [{name}]")
 
 
+def _busy() -> EsError:
+    return EsError(429, "es_rejected_execution_exception", "rejected execution of coordinating operation")
+
+
+def _unavailable() -> EsError:
+    return EsError(503, "cluster_block_exception", "blocked by: [SERVICE_UNAVAILABLE/1/state not recovered];")
+
+
 class FakeElasticsearch:
     """The HTTP double. Use as a context manager, or `start()` / `stop()`; `url` once started."""
 
@@ -99,6 +109,8 @@ class FakeElasticsearch:
         self.requests: list[RecordedRequest] = []
         self.reject_ids: dict[str, str] = {}
         self.unavailable = False
+        self.answer_next: list[int] = []
+        self.busy_bulks = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -163,8 +175,9 @@ class FakeElasticsearch:
             self.requests.append(RecordedRequest(method, target, headers, body))
             try:
                 if self.unavailable:
-                    reason = "blocked by: [SERVICE_UNAVAILABLE/1/state not recovered];"
-                    raise EsError(503, "cluster_block_exception", reason)
+                    raise _unavailable()
+                if self.answer_next:
+                    raise {429: _busy, 503: _unavailable}[self.answer_next.pop(0)]()
                 return self._route(method, urlsplit(target).path, body)
             except EsError as error:
                 return error.status, (None if method == "HEAD" else error.body())
@@ -247,6 +260,7 @@ class FakeElasticsearch:
     def _bulk(self, default_index: str | None, body: bytes) -> dict:
         lines = [line for line in body.decode().split("\n") if line.strip()]
         items, errors = [], False
+        busy, self.busy_bulks = self.busy_bulks > 0, max(0, self.busy_bulks - 1)
         for header_line, source_line in zip(lines[0::2], lines[1::2]):
             ((op, meta),) = json.loads(header_line).items()
             if op != "index":
@@ -257,6 +271,8 @@ class FakeElasticsearch:
             index = self.indices.get(name)
             if index is None:
                 error = _index_missing(name)
+            elif busy:
+                error = _busy()
             elif doc_id in self.reject_ids:
                 error = EsError(400, "document_parsing_exception", self.reject_ids[doc_id])
             else:

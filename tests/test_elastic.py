@@ -231,14 +231,32 @@ def test_server_coming_up_late_is_reached_by_backoff() -> None:
 def test_api_errors_are_not_retried(fake: FakeElasticsearch) -> None:
     sleeps = Sleeps()
     index = make_index(fake.url, sleep=sleeps)
-    with pytest.raises(RetrievalError, match=r"HTTP 404: index_not_found_exception: no such index \[test-corpus\]"):
+    with pytest.raises(
+        RetrievalError, match=r"HTTP 404: index_not_found_exception: no such index \[test-corpus\]"
+    ) as caught:
         index.count()
-    fake.unavailable = True
-    with pytest.raises(RetrievalError, match="HTTP 503: cluster_block_exception") as caught:
-        index.health()
     assert not isinstance(caught.value, ServiceUnavailable)
     assert sleeps == []
-    assert fake.paths() == ["POST /test-corpus/_count", "GET /_cluster/health"]
+    assert fake.paths() == ["POST /test-corpus/_count"]
+
+
+def test_busy_or_unavailable_answers_are_retried(fake: FakeElasticsearch) -> None:
+    sleeps = Sleeps()
+    index = make_index(fake.url, sleep=sleeps, max_retries=2, backoff_seconds=0.5)
+    fake.answer_next = [429, 503]
+    assert index.health()["status"] == "green"
+    assert sleeps == [0.5, 1.0] and fake.paths() == ["GET /_cluster/health"] * 3
+    fake.unavailable = True
+    with pytest.raises(ServiceUnavailable, match=r"HTTP 503: cluster_block_exception: .* \(3 attempts\)"):
+        index.health()
+
+
+def test_bulk_items_rejected_as_busy_are_retried(fake: FakeElasticsearch) -> None:
+    index = make_index(fake.url, bulk_chunk_size=5, backoff_seconds=0)
+    fake.busy_bulks = 2
+    assert index.create(corpus(10), progress=False) == 10
+    assert index.count() == 10
+    assert len(fake.paths("/_bulk")) == 4  # the first chunk sent three times
 
 
 def test_bulk_item_failure_names_the_passage(fake: FakeElasticsearch) -> None:

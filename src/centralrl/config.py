@@ -223,7 +223,9 @@ class ElasticsearchConfig(Section):
 
     index: str = "centralrl-corpus"
     request_timeout: float = Field(30.0, gt=0)
-    max_retries: int = Field(4, ge=0, description="retries on connection errors only, with doubling backoff")
+    max_retries: int = Field(
+        4, ge=0, description="retries on connection errors and HTTP 429/502/503/504 answers, with doubling backoff"
+    )
     backoff_seconds: float = Field(0.5, ge=0)
     bulk_chunk_size: int = Field(500, ge=1)
     verify_certs: bool = True

@@ -19,11 +19,14 @@ How it matches bm25s:
   document lengths lossily (one byte). Scores therefore
   agree closely, not to the last digit, and rankings can differ on near ties.
 
-Retries: only connection failures (refused, reset, DNS, timeout) are retried, `max_retries` times with
-`backoff_seconds` doubling; API errors (any 4xx/5xx answer) and TLS errors are not, since retrying cannot fix
-them. The client's own retries are off so this is the only retry layer. Exhausted retries raise
-`ServiceUnavailable` (a `RetrievalError` a caller may retry later); everything else raises `RetrievalError`.
-Bulk chunks are retried whole, which is safe because every action indexes by explicit `_id`.
+Retries: connection failures (refused, reset, DNS, timeout) and the answers of a busy or restarting cluster
+(HTTP 429, 502, 503, 504) are retried, `max_retries` times with `backoff_seconds` doubling; other API errors (a
+bad request, a missing index) and TLS errors are not, since retrying cannot fix them. The client's own retries
+are off. Bulk items rejected with 429 (es_rejected_execution_exception: the write queue is full) are retried,
+only those items, by the client's bulk helper with the same `max_retries` and backoff (its sleep, not the
+injectable one), which also retries a bulk request refused whole with 429 before this layer does. Exhausted
+retries raise `ServiceUnavailable` (a `RetrievalError` a caller may retry later); everything else raises
+`RetrievalError`. Bulk chunks are retried whole, which is safe because every action indexes by explicit `_id`.
 
 Credentials come from the environment only (ELASTIC_API_KEY, or ELASTIC_USERNAME and ELASTIC_PASSWORD;
 ELASTIC_CA_CERTS for a private CA), never from params.
@@ -54,6 +57,8 @@ from centralrl.retrieval.base import Hit, passage_line
 from centralrl.schema import Passage
 
 T = TypeVar("T")
+
+RETRY_STATUSES = (429, 502, 503, 504)  # too many requests, bad gateway, unavailable, gateway timeout: try again
 
 ANALYZER = "centralrl_bm25"
 SEARCH_FIELD = "contents"
@@ -211,7 +216,8 @@ class ElasticsearchIndex:
         self.close()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one request (or one idempotent group of requests), retrying connection failures with backoff."""
+        """Run one request (or one idempotent group of requests), retrying connection failures and busy or
+        unavailable answers (RETRY_STATUSES) with backoff."""
         url, attempts = self.config.url, self.config.max_retries + 1
         for attempt in range(attempts):
             try:
@@ -227,11 +233,13 @@ class ElasticsearchIndex:
                         f"Elasticsearch at {url} unreachable during {what} after {attempts} attempts ({error}). "
                         f"{HOW_TO_CONNECT}"
                     ) from error
-                self._sleep(self.config.backoff_seconds * 2**attempt)
             except ApiError as error:
-                raise RetrievalError(
-                    f"Elasticsearch at {url}: {what} failed with HTTP {error.meta.status}: {_reason(error)}"
-                ) from error
+                failed = f"Elasticsearch at {url}: {what} failed with HTTP {error.meta.status}: {_reason(error)}"
+                if error.meta.status not in RETRY_STATUSES:
+                    raise RetrievalError(failed) from error
+                if attempt + 1 == attempts:
+                    raise ServiceUnavailable(f"{failed} ({attempts} attempts); try again later") from error
+            self._sleep(self.config.backoff_seconds * 2**attempt)
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def create(self, passages: Iterable[Passage], progress: bool = True) -> int:
@@ -281,6 +289,8 @@ class ElasticsearchIndex:
                 index=self.index,
                 raise_on_error=False,  # collect failed items and name the first one
                 raise_on_exception=True,  # connection errors reach the retry in `_call`
+                max_retries=self.config.max_retries,  # items rejected with 429 (a full write queue)
+                initial_backoff=self.config.backoff_seconds,
             )
         )
 
