@@ -100,6 +100,12 @@ def test_index_bytes_repeat_and_approximate_indexes_find_the_passage(bert, tmp_p
     assert [hits[0].id for hits in reopened.search(passage_texts(MANY[:5]), 1)] == [p.id for p in MANY[:5]]
 
 
+def test_hnsw_returns_k_hits_when_k_exceeds_its_ef_search(bert):
+    cfg = dense_cfg(bert, index="hnsw", hnsw_m=4, hnsw_ef_construction=8, hnsw_ef_search=2)
+    index = build_retrievers(MANY, cfg, ["dense"])["dense"]
+    assert [len(hits) for hits in index.search(["film city river", "word3 director1"], 30)] == [30, 30]
+
+
 def test_prefixes_reach_the_encoder(bert):
     cfg = DenseConfig(encoder=str(bert), query_prefix="query: ", passage_prefix="passage: ")
     encoder = Encoder(str(bert), bert, cfg)

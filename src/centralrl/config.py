@@ -264,7 +264,9 @@ class DenseConfig(Section):
     ivf_probe: int = Field(32, ge=1, description="ivf: clusters searched per query (more: slower, closer to flat)")
     hnsw_m: int = Field(32, ge=2, description="hnsw: graph neighbours per passage")
     hnsw_ef_construction: int = Field(40, ge=1, description="hnsw: candidate list while building (faiss's 40)")
-    hnsw_ef_search: int = Field(128, ge=1, description="hnsw: candidate list per query (at least top k)")
+    hnsw_ef_search: int = Field(
+        128, ge=1, description="hnsw: candidate list per query; a search for more than this many hits uses k"
+    )
 
     @model_validator(mode="after")
     def _probe_within_lists(self) -> DenseConfig:

@@ -8,9 +8,10 @@ Embeddings are unit vectors, so the inner product is the cosine. A passage is en
   evenly strided sample of 64 passages per cluster, encoded for the purpose (faiss's k-means keeps at most 256
   per cluster and warns below 39); its seed is fixed, so the clusters are the same on every run.
 - `hnsw`: IndexHNSWFlat with `hnsw_m` neighbours, built with `hnsw_ef_construction`, searched with
-  `hnsw_ef_search`. Departure from faiss's default: built on one thread. faiss's multithreaded HNSW add runs
-  in an unspecified order, so the graph would differ between runs (faiss issues #983, #2548); one thread makes
-  hnsw slow to build at wiki scale, where ivf is the better choice.
+  `hnsw_ef_search` candidates, or k when a search asks for more (a shorter list returns fewer than k hits).
+  Departure from faiss's default: built on one thread. faiss's multithreaded HNSW add runs in an unspecified
+  order, so the graph would differ between runs (faiss issues #983, #2548); one thread makes hnsw slow to build
+  at wiki scale, where ivf is the better choice.
 
 The directory holds `faiss.index` (faiss.write_index) and `passages.jsonl`: the same corpus, params and
 machine give the same bytes. Embedding and search both run in batches (the encoder's `batch_size`; faiss
@@ -129,7 +130,10 @@ class DenseIndex:
         if not queries:
             return []
         vectors = self.encoder.encode(queries, self.cfg.query_prefix)
-        scores, ids = self.index.search(vectors, min(k, len(self.passages)))
+        k = min(k, len(self.passages))
+        hnsw = self.cfg.index == "hnsw"  # a candidate list shorter than k would return fewer than k hits
+        params = faiss.SearchParametersHNSW(efSearch=max(self.cfg.hnsw_ef_search, k)) if hnsw else None
+        scores, ids = self.index.search(vectors, k, params=params)
         return [self._hits(row_ids, row_scores) for row_ids, row_scores in zip(ids.tolist(), scores.tolist())]
 
     def _hits(self, ids: list[int], scores: list[float]) -> list[Hit]:
