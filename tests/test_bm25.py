@@ -2,6 +2,7 @@
 scorer compiled once per machine), and the index manifest every backend shares (settings and corpus digest
 checked on open)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -13,10 +14,9 @@ from centralrl.config import RetrievalConfig
 from centralrl.errors import ConfigError, RetrievalError
 from centralrl.io import atomic_directory, read_json, write_jsonl
 from centralrl.retrieval import build_index, open_retriever, save_index
-from centralrl.retrieval.base import file_sha256
 from centralrl.retrieval.bm25 import Bm25sIndex
 from centralrl.retrieval.recall import check_ks, recall_table
-from centralrl.schema import Passage, Question, SubQuestion
+from centralrl.schema import Passage, Question, SubQuestion, read_passages
 
 PASSAGES = [
     Passage("p1", "Telmarra", "Telmarra is a city in Oshvania, on the river Dun."),
@@ -127,10 +127,19 @@ def test_manifest_records_the_corpus_file_digest_and_open_refuses_another_corpus
     save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path / "index")
     write_jsonl(tmp_path / "corpus.jsonl", (p.to_json() for p in PASSAGES))  # as prepare_data writes it
     write_jsonl(tmp_path / "other.jsonl", (p.to_json() for p in PASSAGES[:3]))
-    assert read_json(tmp_path / "index" / "manifest.json")["corpus_sha256"] == file_sha256(tmp_path / "corpus.jsonl")
+    file_sha256 = hashlib.sha256((tmp_path / "corpus.jsonl").read_bytes()).hexdigest()
+    assert read_json(tmp_path / "index" / "manifest.json")["corpus_sha256"] == file_sha256
     assert open_retriever(cfg, tmp_path / "index", tmp_path / "corpus.jsonl").search(["Brelm"], 1)[0][0].id == "p4"
     with pytest.raises(RetrievalError, match=r"built with \{'corpus_sha256': '[0-9a-f]{64}'\}, the corpus .*other"):
         open_retriever(cfg, tmp_path / "index", tmp_path / "other.jsonl")
+
+
+def test_a_hand_made_corpus_file_matches_the_index_built_from_it(tmp_path):
+    rows = [{"text": p.text, "id": p.id, "title": p.title} for p in PASSAGES]  # json.dumps spacing, other key order
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cfg = RetrievalConfig(bm25s_backend="numpy")
+    save_index(build_index(read_passages(tmp_path / "corpus.jsonl"), cfg), cfg, len(rows), tmp_path / "index")
+    assert open_retriever(cfg, tmp_path / "index", tmp_path / "corpus.jsonl").search(["Brelm"], 1)[0][0].id == "p4"
 
 
 def test_a_damaged_index_is_named_before_any_search(tmp_path):

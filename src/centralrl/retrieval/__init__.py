@@ -22,7 +22,7 @@ from pathlib import Path
 from centralrl.config import BASE_BACKENDS, RetrievalConfig
 from centralrl.errors import RetrievalError
 from centralrl.io import read_json, write_json
-from centralrl.retrieval.base import Hit, Retriever, file_sha256
+from centralrl.retrieval.base import Hit, Retriever, corpus_file_sha256
 from centralrl.schema import Passage
 
 MANIFEST = "manifest.json"
@@ -143,7 +143,8 @@ def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Pa
         raise RetrievalError(f"{directory / MANIFEST}: not an index manifest (a JSON object); rebuild the index")
     _refuse_mismatch(manifest, {"backend": cfg.backend, **index_settings(cfg)}, directory)
     if corpus is not None:
-        _refuse_mismatch(manifest, {"corpus_sha256": file_sha256(corpus)}, directory, f"the corpus {corpus} has")
+        wanted = {"corpus_sha256": corpus_file_sha256(corpus)}  # of the passages, whatever the file's JSON spacing
+        _refuse_mismatch(manifest, wanted, directory, f"the corpus {corpus} has")
     if cfg.backend == "bm25s":
         from centralrl.retrieval.bm25 import Bm25sIndex
 

@@ -1,7 +1,9 @@
 """The retrieval interface every backend implements: a batch of queries in, top-k passages with scores out.
 
 Also the corpus content hash that every index manifest records: the sha256 of the passages as JSON lines, the
-same bytes `prepare_data` writes to the corpus file, so `sha256sum data/corpus.jsonl` gives the same digest.
+same bytes `prepare_data` writes to the corpus file, so `sha256sum data/corpus.jsonl` gives the same digest. A
+corpus file is compared by the passages it holds (`corpus_file_sha256`), so a hand-made one written with other
+JSON spacing or key order matches the index built from it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from centralrl.io import dumps
+from centralrl.io import dumps, read_jsonl
 from centralrl.schema import Passage
 
 
@@ -51,10 +53,7 @@ def corpus_sha256(passages: Iterable[Passage]) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 16 MiB blocks."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        while block := handle.read(1 << 24):
-            digest.update(block)
-    return digest.hexdigest()
+def corpus_file_sha256(path: str | Path) -> str:
+    """`corpus_sha256` of the passages a corpus file holds, read one line at a time: the file's own sha256 when
+    prepare_data wrote it, and the same digest for the same passages written another way."""
+    return corpus_sha256(Passage.from_json(row, where) for where, row in read_jsonl(path))
