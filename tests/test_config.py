@@ -140,6 +140,14 @@ def test_claim_must_name_two_arms(tmp_path):
         ),
         ({"arms": {"joint": {"trainable_roles": ["central", "central"]}}}, r"trainable_roles: central listed more"),
         ({"retrieval": {"recall_ks": [1, 3, 1]}}, r"retrieval\.recall_ks: 1 listed more than once"),
+        (  # a hybrid's recall@100 came from lists fused 100 deep, not the 50 its top_k searches fuse
+            {"retrieval": {"recall_ks": [1, 100], "compare_backends": ["hybrid"]}},
+            r"retrieval: recall_ks 100 above hybrid\.candidates 50: .* raise hybrid\.candidates to 100",
+        ),
+        (
+            {"retrieval": {"backend": "hybrid", "top_k": 60, "recall_ks": [1, 70]}},
+            r"retrieval: recall_ks 70, top_k 60 above hybrid\.candidates 50",
+        ),
         (  # ignored: the synthetic world writes both splits under its own benchmark names
             {"data": {"questions": [{"kind": "synthetic", "limit": 30, "split": "test"}]}},
             r"data\.questions\.0: a synthetic source takes no limit, split: it writes both splits",

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from centralrl.config import DenseConfig, HybridConfig, RetrievalConfig
-from centralrl.errors import RetrievalError
+from centralrl.errors import ConfigError, RetrievalError
 from centralrl.retrieval import build_retrievers, open_retriever, save_index
 from centralrl.retrieval.base import Hit
 from centralrl.retrieval.dense import DenseIndex, passage_texts
 from centralrl.retrieval.encoder import Encoder, encoder_folder
-from centralrl.retrieval.hybrid import reciprocal_rank_fusion
+from centralrl.retrieval.hybrid import HybridRetriever, reciprocal_rank_fusion
 from centralrl.schema import Passage, Question
 from flows.indexing import report
 
@@ -212,12 +212,33 @@ def test_reciprocal_rank_fusion_by_hand():
     assert [h.id for h in tie] == ["a", "b"]  # equal scores: the first backend's hit first
 
 
+class Ranked:
+    """A retriever answering every query with the same ranking."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.hits = [Hit(i, i, "", 1.0) for i in ids]
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [self.hits[:k] for _ in queries]
+
+
+def test_hybrid_fuses_candidates_deep_and_refuses_a_deeper_k():
+    bm25 = Ranked(["x", "y", *(f"a{i}" for i in range(98))])
+    dense = Ranked([*(f"b{i}" for i in range(59)), "y", *(f"b{i}" for i in range(60, 100))])  # y 60th, not fused
+    hybrid = HybridRetriever({"bm25s": bm25, "dense": dense}, HybridConfig(candidates=50))
+    assert [h.id for h in hybrid.search(["q"], 3)[0]] == ["x", "b0", "y"]
+    assert [h.id for h in hybrid.search(["q"], 50)[0][:3]] == ["x", "b0", "y"]
+    with pytest.raises(ConfigError, match=r"hybrid search for 51 hits: .*\(retrieval\.hybrid\.candidates\)"):
+        hybrid.search(["q"], 51)
+
+
 def test_hybrid_saves_its_components_and_reopens_to_the_same_answers(bert, tmp_path):
     cfg = RetrievalConfig(
         backend="hybrid",
         bm25s_backend="numpy",  # numba would compile for seconds
         dense=DenseConfig(encoder=str(bert)),
         hybrid=HybridConfig(backends=["bm25s", "dense"], weights=[1.0, 0.5], candidates=4),
+        recall_ks=[1, 3],  # at most the candidates
     )
     built = build_retrievers(PASSAGES, cfg, ["hybrid", "bm25s"])
     assert built["hybrid"].components["bm25s"] is built["bm25s"]  # one bm25s index for both

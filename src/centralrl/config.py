@@ -287,7 +287,9 @@ class HybridConfig(Section):
         description="one per backend: a passage scores sum(weight / (rrf_k + its rank in that backend))",
     )
     rrf_k: int = Field(60, ge=0, description="rank offset (60 in the RRF paper): larger flattens the top ranks' lead")
-    candidates: int = Field(50, ge=1, description="hits each backend contributes to the fusion (at least top k)")
+    candidates: int = Field(
+        50, ge=1, description="hits each backend contributes to the fusion: the most a hybrid search may ask for"
+    )
 
     @model_validator(mode="after")
     def _one_weight_per_backend(self) -> HybridConfig:
@@ -321,6 +323,21 @@ class RetrievalConfig(Section):
     elasticsearch: ElasticsearchConfig = Field(default_factory=ElasticsearchConfig)
     dense: DenseConfig = Field(default_factory=DenseConfig)
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
+
+    @model_validator(mode="after")
+    def _hybrid_ks_within_candidates(self) -> RetrievalConfig:
+        """A hybrid fuses each backend's top `hybrid.candidates` and refuses a search for more (hybrid.py)."""
+        ks = {"recall_ks": max(self.recall_ks)} if "hybrid" in (self.backend, *self.compare_backends) else {}
+        if self.backend == "hybrid":
+            ks["top_k"] = self.top_k
+        deeper = {name: k for name, k in ks.items() if k > self.hybrid.candidates}
+        if deeper:
+            named = ", ".join(f"{name} {k}" for name, k in deeper.items())
+            raise ValueError(
+                f"{named} above hybrid.candidates {self.hybrid.candidates}: the hybrid fuses each backend's top "
+                f"{self.hybrid.candidates} hits; raise hybrid.candidates to {max(deeper.values())} or lower the k"
+            )
+        return self
 
 
 class TinyQwen2Config(Section):

@@ -2,9 +2,11 @@
 SIGIR 2009), so a passage that one backend ranks high and another misses still surfaces.
 
 A passage's fused score is sum over backends of weight / (rrf_k + rank), rank counted from 1 in that backend's
-top `candidates`; a backend that did not return it adds nothing. Departures from the paper: per-backend weights
-(the paper weighs every ranking 1; here `retrieval.hybrid.weights`, 1 each by default), and ties go to the
-passage seen first (backends in `retrieval.hybrid.backends` order, then rank), so the fused order is deterministic.
+top `candidates`; a backend that did not return it adds nothing. A search for more than `candidates` hits is
+refused: fused from deeper lists, its top k would not be the one a search for fewer hits ranks (so a recall@k
+would not measure the retriever the harness searches). Departures from the paper: per-backend weights (the
+paper weighs every ranking 1; here `retrieval.hybrid.weights`, 1 each by default), and ties go to the passage
+seen first (backends in `retrieval.hybrid.backends` order, then rank), so the fused order is deterministic.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from centralrl.config import HybridConfig
+from centralrl.errors import ConfigError
 from centralrl.retrieval.base import Hit, Retriever
 
 
@@ -46,7 +49,12 @@ class HybridRetriever:
         return next(iter(self.components.values())).corpus_sha256
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        depth = max(k, self.cfg.candidates)
-        per_backend = [component.search(queries, depth) for component in self.components.values()]
+        """The top k of each query's fusion of every backend's top `candidates`; k may not exceed `candidates`."""
+        if k > self.cfg.candidates:
+            raise ConfigError(
+                f"hybrid search for {k} hits: more than the {self.cfg.candidates} each backend contributes "
+                f"(retrieval.hybrid.candidates); raise it to at least {k}"
+            )
+        per_backend = [component.search(queries, self.cfg.candidates) for component in self.components.values()]
         fuse = reciprocal_rank_fusion
         return [fuse(rankings, self.cfg.weights, self.cfg.rrf_k)[:k] for rankings in zip(*per_backend)]

@@ -4,7 +4,9 @@ recall@k of a question = |supporting passages in the top-k for the question text
 averaged over the benchmark's questions that have supporting passages (benchmarks without evidence in the
 corpus, like NQ here, report only their question count). `subquestion_recall@k` asks each gold sub-question
 of a decomposition instead, the upper bound a central agent that delegates perfectly would see per hop. A k
-that is not below the corpus size is refused (`check_ks`): its recall is 1 by construction.
+that is not below the corpus size is refused (`check_ks`): its recall is 1 by construction. A hybrid answers no
+k above `retrieval.hybrid.candidates` (params refuse such recall_ks at load), so its recall@k is that of the
+fusion the harness searches.
 """
 
 from __future__ import annotations
