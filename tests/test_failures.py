@@ -302,6 +302,14 @@ def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_
         ({"split": "test"}, "train", r"q\.jsonl:2 \(question b\): a test question where train questions are"),
         ({"golden_answers": [" "]}, None, r"q\.jsonl:2 \(question b\): golden_answers must be a non-empty list"),
         ({"question": " "}, None, r"q\.jsonl:2 \(question b\): empty question text"),
+        # were an AttributeError, a TypeError, and ids split into characters
+        ({"decomposition": ["x"]}, None, r"q\.jsonl:2 \(question b\) decomposition\[0\]: should be an object"),
+        ({"supporting_passage_ids": None}, None, r"'supporting_passage_ids' should be a list of strings, got None"),
+        (
+            {"supporting_passage_ids": "p1"},
+            None,
+            r"q\.jsonl:2 \(question b\): field 'supporting_passage_ids' .*got str",
+        ),
     ],
 )
 def test_a_question_row_a_stage_cannot_use_is_named_by_file_and_line(tmp_path, change, split, named):

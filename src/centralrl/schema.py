@@ -65,7 +65,11 @@ def _require(row: dict, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _strings(value: list, key: str, where: str) -> tuple[str, ...]:
+def _strings(value: object, key: str, where: str) -> tuple[str, ...]:
+    """A list of strings as a tuple; anything else (null, a string, which would split into characters, a list
+    holding a non-string) raises DataError naming the field and the row."""
+    if not isinstance(value, list):
+        raise DataError(f"{where}: field '{key}' should be a list of strings, got {type(value).__name__}")
     if not all(isinstance(item, str) for item in value):
         raise DataError(f"{where}: field '{key}' should be a list of strings")
     return tuple(value)
@@ -99,7 +103,11 @@ class SubQuestion:
         return {"question": self.question, "answer": self.answer, "passage_ids": list(self.passage_ids)}
 
     @classmethod
-    def from_json(cls, row: dict, where: str) -> SubQuestion:
+    def from_json(cls, row: object, where: str) -> SubQuestion:
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{where}: should be an object {{question, answer, passage_ids}}, got {type(row).__name__}"
+            )
         ids = _strings(row.get("passage_ids", []), "passage_ids", where)
         return cls(_require(row, "question", str, where), _require(row, "answer", str, where), ids)
 
