@@ -206,7 +206,7 @@ def world(params: str, args) -> dict:
     """Every backend over the world's corpus: build cost, speed, size, memory and recall on the test split."""
     cfg = load_config(params)
     retrieval = cfg.retrieval
-    dataset = collect(cfg.data)
+    dataset = collect(cfg.data, Path(params).resolve().parent)
     passages, questions = dataset.passages, [q.question for q in dataset.questions]
     rss_start = _rss_mb()
     bm25, bm25_seconds = _timed(lambda: Bm25sIndex.build(passages, retrieval.k1, retrieval.b, retrieval.stemming))

@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
 
     cfg = load_config(args.params)
-    missing = [check.line() for check in preflight(cfg, Path(args.params).resolve().parent) if not check.ok]
+    base = Path(args.params).resolve().parent
+    missing = [check.line() for check in preflight(cfg, base) if not check.ok]
     if missing:
         raise ConfigError(
             f"this machine lacks what profile {cfg.profile!r} needs "
             f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing)
         )
-    dataset = collect(cfg.data)
+    dataset = collect(cfg.data, base)
     with atomic_files(args.train, args.test, args.corpus, args.metrics) as (train, test, corpus, metrics):
         write_rows(train, (q.to_json() for q in dataset.split("train")), args.train)
         write_rows(test, (q.to_json() for q in dataset.split("test")), args.test)

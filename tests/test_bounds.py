@@ -27,7 +27,7 @@ def _collect(tmp_path, questions: list[dict], passages: list[dict] | None = None
         write_jsonl(tmp_path / "corpus.jsonl", passages)
         corpus = [CorpusSource(kind="flashrag_passages", path="corpus.jsonl")]
     source = QuestionSource(kind="qa_jsonl", path="qa.jsonl", benchmark="nq", split="test")
-    return collect(DataConfig(root=str(tmp_path), questions=[source], corpus=corpus, **limits))
+    return collect(DataConfig(root=str(tmp_path), questions=[source], corpus=corpus, **limits), tmp_path)
 
 
 def test_an_over_long_question_is_refused_naming_its_id_benchmark_and_file(tmp_path):
@@ -93,7 +93,7 @@ def test_the_default_limits_admit_the_realqa_samples(realqa_dir):
     from conftest import REPO
 
     cfg = load_config(REPO / "params.yaml", {"profile": "realqa", "data": {"root": str(realqa_dir)}})
-    assert collect(cfg.data).split("test")
+    assert collect(cfg.data, REPO).split("test")
 
 
 @pytest.fixture(scope="module")

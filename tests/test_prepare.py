@@ -7,7 +7,7 @@ import pytest
 
 from centralrl.config import DataConfig, QuestionSource
 from centralrl.data.prepare import collect, counts
-from centralrl.errors import DataError
+from centralrl.errors import ConfigError, DataError
 from centralrl.io import write_jsonl
 
 
@@ -39,11 +39,23 @@ def test_a_training_copy_of_an_evaluation_question_is_refused_by_default(tmp_pat
         match=r"1 evaluation question\(s\) also appear in training: 'nq/e1 = train nq/t1'.*"
         r"data.train_overlap: drop",
     ):
-        collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path)))
+        collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path)), tmp_path)
 
 
 def test_drop_removes_the_training_copy_and_counts_it(tmp_path):
-    dataset = collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path), train_overlap="drop"))
+    dataset = collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path), train_overlap="drop"), tmp_path)
     assert [q.id for q in dataset.split("train")] == ["nq/t2", "nq/t3"]
     assert [q.id for q in dataset.split("test")] == ["nq/e1", "nq/e2"]
     assert counts(dataset)["train_dropped_as_overlap"] == 1
+
+
+def test_a_relative_root_starts_from_the_params_folder_as_the_preflight_says(tmp_path, monkeypatch):
+    """The preflight read a relative data.root from the params file's folder and prepare_data from the current
+    one: a check passed and the stage failed, or read other files."""
+    (tmp_path / "d").mkdir()
+    sources = _sources(tmp_path / "d")
+    monkeypatch.chdir(tmp_path / "d")  # the current folder holds no d/
+    dataset = collect(DataConfig(root="d", questions=sources, train_overlap="drop"), tmp_path)
+    assert len(dataset.questions) == 4
+    with pytest.raises(ConfigError, match=f"data.root: folder {tmp_path / 'gone'} does not exist"):
+        collect(DataConfig(root="gone", questions=sources), tmp_path)

@@ -128,7 +128,11 @@ class CorpusSource(Section):
 
 
 class DataConfig(Section):
-    root: str = Field(".", description="folder that relative source paths start from")
+    root: str = Field(
+        ".",
+        description="folder that relative source paths start from; a relative root starts from the params file's "
+        "folder",
+    )
     questions: list[QuestionSource] = Field(
         default_factory=lambda: [QuestionSource(kind="synthetic")], min_length=1, description="question sources"
     )
@@ -160,6 +164,11 @@ class DataConfig(Section):
         "passage, so this bounds the corpus and index (about 5,000 tokens, a long Wikipedia section), not the "
         "context; the longest passage of the realqa samples has 7,819 characters, a wiki-18 passage about 600",
     )
+
+    def root_path(self, base: Path) -> Path:
+        """`root` as prepare_data and the preflight read it: relative to `base`, the params file's folder (where
+        DVC runs stages), unless absolute; returned absolute, so a message says where it points."""
+        return (Path(base) / self.root).resolve()
 
     def most_training_questions(self) -> int | None:
         """The most training questions these sources can give, or None when a training source does not say

@@ -134,12 +134,6 @@ def stage_names(cfg: Config, dvc_yaml: Path) -> list[str]:
 # ----------------------------------------------------------------------------------------------- the plan
 
 
-def data_root(cfg: Config, base: Path) -> Path:
-    """`data.root` as the stages see it: relative to `base` (the folder DVC runs stages in) unless absolute."""
-    root = Path(cfg.data.root)
-    return root if root.is_absolute() else base / root
-
-
 def _source_file(path: str, root: Path) -> Path:
     return Path(path) if Path(path).is_absolute() else root / path
 
@@ -237,7 +231,7 @@ def _precision_line(cfg: Config) -> str:
 
 def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
     """The plan, one line each: what would run, on what, with which settings (nothing is touched)."""
-    root = data_root(cfg, base)
+    root = cfg.data.root_path(base)
     dvc_yaml = base / "dvc.yaml"
     stages = stage_names(cfg, dvc_yaml) if dvc_yaml.is_file() else []
     corpus = [
@@ -485,7 +479,7 @@ def check_gpus(processes: int) -> Check:
 
 def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
     """Every check this config calls for, in the order the pipeline needs them."""
-    root = data_root(cfg, base)
+    root = cfg.data.root_path(base)
     checks: list[Check] = []
     if cfg.harness.device == "cuda":
         checks.append(check_cuda())

@@ -136,11 +136,13 @@ def _load_source(source: QuestionSource, data: DataConfig, root: Path) -> tuple[
     return formats.load_questions(source, root)
 
 
-def collect(data: DataConfig) -> Dataset:
-    """Load every question and corpus source named in `data`, merge, and check the result."""
-    root = Path(data.root)
+def collect(data: DataConfig, base: Path) -> Dataset:
+    """Load every question and corpus source named in `data`, merge, and check the result; a relative
+    `data.root` starts from `base`, the params file's folder (`DataConfig.root_path`)."""
+    root = data.root_path(base)
     if not root.is_dir():
-        raise ConfigError(f"data.root: folder {root} does not exist (source paths are relative to it)")
+        state = "is a file, not a folder" if root.exists() else "does not exist"
+        raise ConfigError(f"data.root: folder {root} {state} (source paths are relative to it)")
     from centralrl.data import formats
 
     questions: list[Question] = []
