@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from centralrl.config import load_config
-from centralrl.data.prepare import collect, counts
+from centralrl.config import DataConfig, load_config
+from centralrl.data.prepare import collect, counts, source_files
 from centralrl.errors import ConfigError
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
-from stages.cli import run_stage, stage_parser
+from stages.cli import InputPath, OutputFile, outputs_problem, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,11 +30,22 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def refuse_outputs_over_sources(args: argparse.Namespace, data: DataConfig, base: Path) -> None:
+    """A source file that is also an output would be replaced by its own converted rows (a qa_jsonl training
+    file given as --train): refuse it, naming the source's param, before anything is read."""
+    outputs = {f"--{name}": path for name, path in vars(args).items() if isinstance(path, OutputFile)}
+    inputs = {param: [InputPath(path)] for param, path in source_files(data, base).items()}
+    problem = outputs_problem(outputs, inputs)
+    if problem is not None:
+        raise ConfigError(f"{problem} (in {args.params})")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
 
     cfg = load_config(args.params)
     base = Path(args.params).resolve().parent
+    refuse_outputs_over_sources(args, cfg.data, base)
     missing = [check.line() for check in preflight(cfg, base) if not check.ok]
     if missing:
         raise ConfigError(

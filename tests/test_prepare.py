@@ -59,3 +59,18 @@ def test_a_relative_root_starts_from_the_params_folder_as_the_preflight_says(tmp
     assert len(dataset.questions) == 4
     with pytest.raises(ConfigError, match=f"data.root: folder {tmp_path / 'gone'} does not exist"):
         collect(DataConfig(root="gone", questions=sources), tmp_path)
+
+
+def test_a_source_file_that_is_also_an_output_is_refused_naming_its_param(tmp_path, monkeypatch):
+    """A qa_jsonl training file given as --train was replaced by its own converted rows."""
+    from conftest import write_params
+    from stages.prepare_data import main
+
+    sources = [source.model_dump(exclude_none=True) for source in _sources(tmp_path)]
+    params = write_params(tmp_path, {"data": {"questions": sources, "train_overlap": "drop"}})
+    monkeypatch.chdir(tmp_path)
+    before = (tmp_path / "train.jsonl").read_text()
+    outputs = ["--test", "out/test.jsonl", "--corpus", "out/corpus.jsonl", "--metrics", "out/data.json"]
+    with pytest.raises(ConfigError, match=r"--train train.jsonl overlaps the input data.questions.0.path .*train"):
+        main(["--params", str(params), "--train", "train.jsonl", *outputs])
+    assert (tmp_path / "train.jsonl").read_text() == before and not (tmp_path / "out").exists()

@@ -136,6 +136,16 @@ def _load_source(source: QuestionSource, data: DataConfig, root: Path) -> tuple[
     return formats.load_questions(source, root)
 
 
+def source_files(data: DataConfig, base: Path) -> dict[str, Path]:
+    """The file each source reads, by its param (`data.questions.1.path`, `data.corpus.0.path`), relative paths
+    taken from `data.root` (`DataConfig.root_path`); hub and synthetic sources read none."""
+    from centralrl.data.formats import resolve
+
+    paths = {f"data.questions.{i}.path": source.path for i, source in enumerate(data.questions) if source.path}
+    paths |= {f"data.corpus.{i}.path": source.path for i, source in enumerate(data.corpus)}
+    return {param: resolve(path, data.root_path(base)) for param, path in paths.items()}
+
+
 def collect(data: DataConfig, base: Path) -> Dataset:
     """Load every question and corpus source named in `data`, merge, and check the result; a relative
     `data.root` starts from `base`, the params file's folder (`DataConfig.root_path`)."""
