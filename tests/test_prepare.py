@@ -74,3 +74,19 @@ def test_a_source_file_that_is_also_an_output_is_refused_naming_its_param(tmp_pa
     with pytest.raises(ConfigError, match=r"--train train.jsonl overlaps the input data.questions.0.path .*train"):
         main(["--params", str(params), "--train", "train.jsonl", *outputs])
     assert (tmp_path / "train.jsonl").read_text() == before and not (tmp_path / "out").exists()
+
+
+def test_two_sources_that_give_one_id_are_named_with_the_fix(tmp_path):
+    """Two sources of one benchmark number their rows alike: the error named the ids but not the sources."""
+    write_jsonl(tmp_path / "more.jsonl", [{"question": "Who built the Eiffel Tower?", "answer": "Eiffel"}])
+    write_jsonl(tmp_path / "other.jsonl", [{"question": "Longest river?", "answer": "Nile"}])
+    more = [
+        QuestionSource(kind="qa_jsonl", path=name, benchmark="x", split="train")
+        for name in ("more.jsonl", "other.jsonl")
+    ]
+    with pytest.raises(
+        DataError,
+        match=r"data.questions.2 and data.questions.3 give the same question ids: 'x/0'; an id is <benchmark>/<the "
+        r"row's id, or its row number>, so give each source its own benchmark",
+    ):
+        collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path) + more), tmp_path)

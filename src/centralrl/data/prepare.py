@@ -14,7 +14,7 @@ instead (a question left with none goes too), and counted: NQ-open has a few ('-
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,10 +56,20 @@ def merge_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
     return list(merged.values())
 
 
-def check_unique_ids(questions: list[Question]) -> None:
-    repeated = [qid for qid, n in Counter(q.id for q in questions).items() if n > 1]
-    if repeated:
-        raise DataError(f"question ids occur more than once: {examples(repeated)}")
+def check_unique_ids(by_source: list[list[Question]]) -> None:
+    """Refuse an id that two sources (the questions of each `data.questions` entry) both give: a source's own ids
+    differ (`formats.load_questions`), so a clash is two sources of one benchmark whose rows share an id or a row
+    number."""
+    owner: dict[str, int] = {}
+    for index, questions in enumerate(by_source):
+        other = next((owner[q.id] for q in questions if q.id in owner), None)
+        if other is not None:
+            clashes = [q.id for q in questions if owner.get(q.id) == other]
+            raise DataError(
+                f"data.questions.{other} and data.questions.{index} give the same question ids: {examples(clashes)}; "
+                "an id is <benchmark>/<the row's id, or its row number>, so give each source its own benchmark"
+            )
+        owner.update(dict.fromkeys((q.id for q in questions), index))
 
 
 def overlapping_train(questions: list[Question]) -> dict[str, str]:
@@ -155,7 +165,7 @@ def collect(data: DataConfig, base: Path) -> Dataset:
         raise ConfigError(f"data.root: folder {root} {state} (source paths are relative to it)")
     from centralrl.data import formats
 
-    questions: list[Question] = []
+    by_source: list[list[Question]] = []
     passage_groups: list[list[Passage]] = []
     dropped_answers = 0 if data.empty_answers == "drop" else None
     for source in data.questions:
@@ -164,13 +174,14 @@ def collect(data: DataConfig, base: Path) -> Dataset:
             loaded, dropped = drop_empty_answers(loaded)
             dropped_answers += dropped
         check_bounds(loaded, carried, data, _origin(source))
-        questions.extend(loaded)
+        by_source.append(loaded)
         passage_groups.append(carried)
     for source in data.corpus:
         passage_groups.append(formats.load_corpus(source, root))
         check_bounds([], passage_groups[-1], data, _origin(source))
     passages = merge_passages(passage_groups)
-    check_unique_ids(questions)
+    check_unique_ids(by_source)
+    questions = [q for loaded in by_source for q in loaded]
     dropped = None
     if data.train_overlap == "drop":
         questions, dropped = drop_overlap(questions)
