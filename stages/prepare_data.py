@@ -15,7 +15,7 @@ from pathlib import Path
 
 from centralrl.config import DataConfig, load_config
 from centralrl.data.prepare import collect, counts, source_files
-from centralrl.errors import ConfigError
+from centralrl.errors import ConfigError, DataError
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
 from stages.cli import InputPath, OutputFile, outputs_problem, run_stage, stage_parser
@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> None:
             f"(python -m centralrl.plan --check lists it all):\n" + "\n".join(missing)
         )
     dataset = collect(cfg.data, base)
+    trained, needed = len(dataset.split("train")), cfg.training_questions_needed()
+    if trained < needed:  # the config checks the sources' limits, which a shorter file does not reach
+        raise DataError(
+            f"only {trained} training questions loaded, but {cfg.training_need()} come to {needed} "
+            f"(in {args.params}); add training questions or lower those params"
+        )
     with atomic_files(args.train, args.test, args.corpus, args.metrics) as (train, test, corpus, metrics):
         write_rows(train, (q.to_json() for q in dataset.split("train")), args.train)
         write_rows(test, (q.to_json() for q in dataset.split("test")), args.test)

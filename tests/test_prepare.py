@@ -90,3 +90,18 @@ def test_two_sources_that_give_one_id_are_named_with_the_fix(tmp_path):
         r"row's id, or its row number>, so give each source its own benchmark",
     ):
         collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path) + more), tmp_path)
+
+
+def test_fewer_training_questions_than_a_run_needs_are_refused_before_any_output(tmp_path, monkeypatch):
+    """The config counts a source's limit as its questions; a shorter file passed, and training failed later."""
+    from conftest import write_params
+    from stages.prepare_data import main
+
+    sources = [source.model_dump(exclude_none=True) for source in _sources(tmp_path)]
+    sources[0]["limit"] = 100  # the file holds 3, the smoke profile needs 3 dev + 2 per step
+    params = write_params(tmp_path, {"data": {"questions": sources, "train_overlap": "drop"}})
+    monkeypatch.chdir(tmp_path)
+    outputs = ["--train", "o/t.jsonl", "--test", "o/e.jsonl", "--corpus", "o/c.jsonl", "--metrics", "o/d.json"]
+    with pytest.raises(DataError, match=r"only 2 training questions loaded, but .*\(2\).*\(3\) come to 5"):
+        main(["--params", str(params), *outputs])
+    assert not (tmp_path / "o").exists()

@@ -977,14 +977,10 @@ class Config(Section):
         """Cross-section limits, checked at load time so a run cannot fail on them hours later."""
         grpo = self.train.grpo
         most = self.data.most_training_questions()
-        held = self.train.dev.questions
-        drawn = max(grpo.questions_per_step, grpo.pool)
-        if most is not None and drawn + held > most:
+        if most is not None and self.training_questions_needed() > most:
             raise ValueError(
-                f"train.grpo.questions_per_step ({grpo.questions_per_step}) or pool ({grpo.pool}), the larger, "
-                f"plus train.dev.questions ({held}) "
-                f"exceeds the {most} training questions the data section can give (data.synthetic.train_per_type "
-                f"x question_types, plus the limit of each training source)"
+                f"{self.training_need()} exceeds the {most} training questions the data section can give "
+                f"(data.synthetic.train_per_type x question_types, plus the limit of each training source)"
             )
         beyond = {name: budget.steps for name, budget in self.budgets.items() if (budget.steps or 0) > grpo.steps}
         if beyond:
@@ -1012,6 +1008,18 @@ class Config(Section):
         if self.claim[0] == self.claim[1]:
             raise ValueError(f"claim compares {self.claim[0]!r} with itself; name two different arms")
         return self
+
+    def training_questions_needed(self) -> int:
+        """The fewest training questions a run can use: the dev split plus what a step draws from."""
+        return self.train.dev.questions + max(self.train.grpo.questions_per_step, self.train.grpo.pool)
+
+    def training_need(self) -> str:
+        """What `training_questions_needed` adds up, for messages."""
+        grpo = self.train.grpo
+        return (
+            f"train.grpo.questions_per_step ({grpo.questions_per_step}) or pool ({grpo.pool}), the larger, "
+            f"plus train.dev.questions ({self.train.dev.questions})"
+        )
 
     def arm(self, name: str) -> ArmConfig:
         if name not in self.arms:
