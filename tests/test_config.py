@@ -138,6 +138,10 @@ def test_claim_must_name_two_arms(tmp_path):
             {"data": {"synthetic": {"question_types": ["1hop", "2hop", "1hop"]}}},
             r"data\.synthetic\.question_types: 1hop listed more than once",
         ),
+        (  # a synthetic world of no questions: accepted beside a training file without a limit
+            {"data": {"synthetic": {"question_types": []}}},
+            r"data\.synthetic\.question_types: List should have at least 1 item",
+        ),
         ({"arms": {"joint": {"trainable_roles": ["central", "central"]}}}, r"trainable_roles: central listed more"),
         ({"retrieval": {"recall_ks": [1, 3, 1]}}, r"retrieval\.recall_ks: 1 listed more than once"),
         (  # a hybrid's recall@100 came from lists fused 100 deep, not the 50 its top_k searches fuse

@@ -69,6 +69,7 @@ class SyntheticConfig(Section):
         list[Literal["1hop", "2hop", "3hop", "4hop", "comparison", "bridge_comparison"]], EachOnce
     ] = Field(
         default_factory=lambda: ["1hop", "2hop"],
+        min_length=1,
         description="each type is its own benchmark, named synth-<type>; the generators: 1hop, 2hop, 3hop, 4hop, "
         "comparison, bridge_comparison",
     )
