@@ -47,6 +47,29 @@ def test_mistyped_value_names_path_and_value(tmp_path):
         load_config(params)
 
 
+def test_a_bad_param_is_named_in_the_file_it_came_from(tmp_path):
+    """A typo in profiles/smoke.yaml was reported as one in params.yaml."""
+    params = write_params(tmp_path)
+    profile = tmp_path / "profiles" / "smoke.yaml"
+    profile.write_text(profile.read_text() + "lora: {r: 0}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(params)
+    assert str(error.value) == (
+        f"invalid params in {profile} (profile smoke):\n  lora.r: Input should be greater than or equal to 1 (got 0)"
+    )
+    raw = yaml.safe_load(params.read_text())
+    params.write_text(yaml.safe_dump(raw | {"evaluate": {"chunk_sise": 8}}))
+    with pytest.raises(ConfigError) as error:
+        load_config(params, {"threads": 0})
+    assert str(error.value).splitlines() == [
+        f"invalid params in {params}, {profile} and the values set on the command line (profile smoke):",
+        f"  lora.r: Input should be greater than or equal to 1 (got 0) (in {profile})",
+        f"  evaluate.chunk_sise: unknown param (not in the config schema; check its spelling and section) "
+        f"(in {params})",
+        "  threads: must be auto or a whole number of threads from 1 (got 0) (in the values set on the command line)",
+    ]
+
+
 @pytest.mark.parametrize("threads", [0, "two", True])
 def test_threads_is_auto_or_a_positive_count_in_one_message(tmp_path, threads):
     with pytest.raises(ConfigError, match=r"invalid params.*:\n  threads: must be auto or a whole number") as error:

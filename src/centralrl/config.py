@@ -1148,10 +1148,12 @@ def _number_as_text_hint(value: object) -> str:
     return f"; YAML reads {value} as text: write {mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
-def _format(error: ValidationError, source: str) -> str:
+def _format(error: ValidationError, layers: list[tuple[str, dict]], profile: object) -> str:
+    """One line per bad param, by dotted path, under the files its values came from (`_origins`)."""
     lines = []
     for item in error.errors():
-        dotted = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-after"))
+        loc = tuple(part for part in item["loc"] if not str(part).startswith("function-after"))
+        dotted = ".".join(str(part) for part in loc)
         if item["type"] == "extra_forbidden":
             message = "unknown param (not in the config schema; check its spelling and section)"
         elif isinstance(item["input"], dict):  # a rule across a section's fields: its message names them
@@ -1159,8 +1161,34 @@ def _format(error: ValidationError, source: str) -> str:
         else:
             message = f"{item['msg'].removeprefix('Value error, ')} (got {redact(repr(item['input']))})"
             message += _number_as_text_hint(item["input"])
-        lines.append(f"  {dotted or '<top level>'}: {message}")
-    return f"invalid params in {source}:\n" + "\n".join(lines)
+        lines.append((dotted or "<top level>", _origins(layers, loc), message))
+    named = [name for name, _ in layers if any(name in origins for _, origins, _ in lines)]
+    if len(named) == 1:
+        return f"invalid params in {named[0]} (profile {profile}):\n" + "\n".join(f"  {d}: {m}" for d, _, m in lines)
+    files = f"{', '.join(named[:-1])} and {named[-1]}"
+    return f"invalid params in {files} (profile {profile}):\n" + "\n".join(
+        f"  {dotted}: {message} (in {' or '.join(origins)})" for dotted, origins, message in lines
+    )
+
+
+def _origins(layers: list[tuple[str, dict]], loc: tuple) -> list[str]:
+    """Which of `layers` ((where, params) of the params file, the profile and the command line, in the order they
+    merge) the value at `loc` came from: mappings merge, so every layer that sets keys of one; anything else
+    (a list, a value) comes from the last layer that sets it. Stops at the deepest part of `loc` some layer sets."""
+    holders = [(name, tree) for name, tree in layers if tree]
+    for part in loc:
+        below = [(name, tree[part]) for name, tree in holders if _holds(tree, part)]
+        if not below:
+            break
+        holders = below if isinstance(below[-1][1], dict) and below[-1][1] else below[-1:]
+    return [name for name, _ in holders] or [layers[0][0]]
+
+
+def _holds(tree: object, part: object) -> bool:
+    """Whether a parsed YAML mapping has the key `part`, or a list the index `part`."""
+    if isinstance(tree, dict):
+        return part in tree
+    return isinstance(tree, list) and isinstance(part, int) and 0 <= part < len(tree)
 
 
 def profile_path(params_path: str | Path, profile: str) -> Path:
@@ -1175,6 +1203,12 @@ def _known_profiles(folder: Path) -> str:
 
 def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | None = None) -> dict:
     """params.yaml, deep-merged with `overrides` (used by tests and `-S`-like CLIs), then with its profile."""
+    return _resolve(params_path, overrides)[0]
+
+
+def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, list[tuple[str, dict]]]:
+    """`resolve_params`, and the layers it merged: (where, params) of the params file, the profile and the
+    command line's values, for messages."""
     params_path = Path(params_path)
     if not params_path.is_file():
         kind = "a folder, not a params file" if params_path.is_dir() else "params file not found"
@@ -1215,7 +1249,9 @@ def resolve_params(params_path: str | Path = "params.yaml", overrides: dict | No
             f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
             f"matrix from params.yaml alone, so set it there (e.g. dvc exp run -S 'seeds=[0,1,2]')"
         )
-    return deep_merge(deep_merge(raw, overlay), overrides or {})
+    layers = [(str(params_path), file_params), (str(overlay_file), overlay)]
+    layers += [("the values set on the command line", overrides)] if overrides else []
+    return deep_merge(deep_merge(raw, overlay), overrides or {}), layers
 
 
 def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str = "") -> list[tuple]:
@@ -1253,11 +1289,8 @@ def load_config(params_path: str | Path = "params.yaml", overrides: dict | None 
     params (budgets within train.grpo.steps, ...) when the profile supplies the other half. But one changed from
     its default there, which the profile replaces, is refused (`_overridden_changes`): it would be undone in
     silence."""
-    resolved = resolve_params(params_path, overrides)
+    resolved, layers = _resolve(params_path, overrides)
     try:
         return Config.model_validate(resolved)
     except ValidationError as error:
-        given = " and the values set on the command line" if overrides else ""
-        raise ConfigError(
-            _format(error, f"{params_path}{given} (profile {resolved.get('profile', DEFAULT_PROFILE)})")
-        ) from None
+        raise ConfigError(_format(error, layers, resolved.get("profile", DEFAULT_PROFILE))) from None
