@@ -136,7 +136,9 @@ def test_budget_sets_exactly_one_limit(tmp_path):
 
 def test_claim_must_name_two_arms(tmp_path):
     params = write_params(tmp_path, {"claim": ["central_only", "jiont"]})
-    with pytest.raises(ConfigError, match=r"claim names \['jiont'\], which are not arms") as error:
+    with pytest.raises(
+        ConfigError, match=r"\n  claim: names \['jiont'\], which are not arms .*\(got \['central_"
+    ) as error:
         load_config(params)
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param
 
@@ -166,6 +168,10 @@ def test_claim_must_name_two_arms(tmp_path):
             r"data\.synthetic\.question_types: List should have at least 1 item",
         ),
         ({"arms": {"joint": {"trainable_roles": ["central", "central"]}}}, r"trainable_roles: central listed more"),
+        # these three were reported at '<top level>', without the value
+        ({"seeds": [0, 1, 0]}, r"\n  seeds: 0 listed more than once \(got \[0, 1, 0\]\)"),
+        ({"backbones": ["mian"]}, r"\n  backbones: \['mian'\] are not entries of models \(known: main\) \(got"),
+        ({"claim": ["joint", "joint"]}, r"\n  claim: compares 'joint' with itself; name two different arms \(got"),
         ({"retrieval": {"recall_ks": [1, 3, 1]}}, r"retrieval\.recall_ks: 1 listed more than once"),
         (  # a hybrid's recall@100 came from lists fused 100 deep, not the 50 its top_k searches fuse
             {"retrieval": {"recall_ks": [1, 100], "compare_backends": ["hybrid"]}},

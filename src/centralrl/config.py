@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from centralrl.data.formats import CORPUS_KINDS
 from centralrl.data.formats import QUESTION_KINDS as FILE_QUESTION_KINDS
@@ -865,17 +874,17 @@ class CompareConfig(Section):
 
 class Config(Section):
     profile: str = Field(DEFAULT_PROFILE, description="overlay profiles/<profile>.yaml on params.yaml")
-    seeds: list[Seed] = Field(
+    seeds: Annotated[list[Seed], EachOnce] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
         description="training seeds: one train/evaluate cell per arm and seed (adapter init, questions, sampling)",
     )
-    backbones: list[str] = Field(
-        default_factory=lambda: ["main"], min_length=1, description="entries of `models` the experiment runs"
-    )
-    models: dict[str, ModelConfig] = Field(
+    models: dict[str, ModelConfig] = Field(  # before backbones, whose check reads it
         default_factory=lambda: {"main": ModelConfig()},
         description="backbones by name (a catalog: `backbones` picks from it)",
+    )
+    backbones: Annotated[list[str], EachOnce] = Field(
+        default_factory=lambda: ["main"], min_length=1, description="entries of `models` the experiment runs"
     )
     data: DataConfig = Field(default_factory=DataConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
@@ -937,11 +946,28 @@ class Config(Section):
             return value
         raise ValueError("must be auto or a whole number of threads from 1")
 
+    @field_validator("backbones")
+    @classmethod
+    def _backbones_are_models(cls, backbones: list[str], info: ValidationInfo) -> list[str]:
+        models = info.data.get("models")  # None when it failed its own checks
+        unknown = [name for name in backbones if models is not None and name not in models]
+        if unknown:
+            raise ValueError(f"{unknown} are not entries of models (known: {', '.join(models)})")
+        return backbones
+
+    @field_validator("claim")
+    @classmethod
+    def _claim_names_two_arms(cls, claim: list[str], info: ValidationInfo) -> list[str]:
+        arms = info.data.get("arms")  # None when it failed its own checks
+        missing = [arm for arm in claim if arms is not None and arm not in arms]
+        if missing:
+            raise ValueError(f"names {missing}, which are not arms (arms: {', '.join(arms)})")
+        if claim[0] == claim[1]:
+            raise ValueError(f"compares {claim[0]!r} with itself; name two different arms")
+        return claim
+
     @model_validator(mode="after")
     def _names_resolve(self) -> Config:
-        unknown = [name for name in self.backbones if name not in self.models]
-        if unknown:
-            raise ValueError(f"backbones {unknown} are not entries of models (known: {', '.join(self.models)})")
         for section in ("backbones", "references", "arms", "budgets"):
             bad = [name for name in getattr(self, section) if not re.match(NAME_PATTERN, name)]
             if bad:
@@ -960,12 +986,6 @@ class Config(Section):
                 f"against its untrained start, the first reference of its topology (e.g. base: {{topology: "
                 f"{startless[0]}}})"
             )
-        missing = [arm for arm in self.claim if arm not in self.arms]
-        if missing:
-            raise ValueError(f"claim names {missing}, which are not arms (arms: {', '.join(self.arms)})")
-        for section in ("seeds", "backbones"):
-            if len(set(getattr(self, section))) != len(getattr(self, section)):
-                raise ValueError(f"{section} lists a value twice")
         if self.train.processes > 1 and self.harness.engine == "vllm":
             raise ValueError(
                 "train.processes > 1 with harness.engine vllm is not supported: every process's vLLM "
@@ -1006,8 +1026,6 @@ class Config(Section):
                 f"train.grpo.warmup_steps ({grpo.warmup_steps}) exceeds train.grpo.steps ({grpo.steps}): "
                 f"the learning rate would never reach train.grpo.learning_rate"
             )
-        if self.claim[0] == self.claim[1]:
-            raise ValueError(f"claim compares {self.claim[0]!r} with itself; name two different arms")
         return self
 
     def training_questions_needed(self) -> int:
