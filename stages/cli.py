@@ -129,8 +129,9 @@ def check_cell(cfg, params: str, backbone: str, seed: int | None = None) -> None
 
 
 def stage_parser(doc: str) -> StageParser:
-    """A parser whose help is the stage module's docstring (first line, then the rest) with `--params` added."""
-    first, _, rest = doc.partition("\n")
+    """A parser whose help is the stage module's docstring (its first paragraph, then the rest) with `--params`
+    added."""
+    first, _, rest = doc.partition("\n\n")
     parser = StageParser(
         description=first, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
     )

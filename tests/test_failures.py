@@ -97,6 +97,17 @@ def test_a_usage_error_ends_every_stage_before_any_server_or_heavy_import(tmp_pa
     assert done.stderr.count(": error: the following arguments are required: ") == len(stages)
 
 
+def test_a_stage_help_describes_it_in_its_whole_first_paragraph():
+    """The description was cut at the docstring's first line break, mid-sentence ('... (optional supervised
+    cold'), and the rest of the sentence began the epilog below the options."""
+    import stages.warmstart
+    from stages.cli import stage_parser
+
+    parser = stage_parser(stages.warmstart.__doc__)
+    assert parser.description.endswith("every arm shares (optional supervised cold\nstart).")
+    assert parser.epilog.startswith("With `warmstart.enabled`, the first")
+
+
 def test_a_param_no_stage_reads_is_refused_by_every_stage_in_one_message(tmp_path):
     params = write_params(tmp_path, {"data": {"synthetic": {"n_people": -1}}})  # prepare_model does not track data
     done = run(
