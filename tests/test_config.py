@@ -92,6 +92,13 @@ def test_unknown_profile_lists_the_known_ones(tmp_path):
         load_config(params)
 
 
+def test_a_profile_given_as_the_params_file_is_said_to_be_one(tmp_path):
+    """It read 'no profile 'default' (profiles/profiles/default.yaml not found); known: none'."""
+    write_params(tmp_path)
+    with pytest.raises(ConfigError, match=r"smoke.yaml looks like a profile, not a params file: .*profile: smoke"):
+        load_config(tmp_path / "profiles" / "smoke.yaml")
+
+
 @pytest.mark.parametrize("profile", ["../params", "/etc/x", "a b", True])  # True: YAML's `profile: yes`
 def test_a_profile_that_is_no_file_name_of_profiles_is_refused(tmp_path, profile):
     """'../params' read params.yaml itself as the overlay, refused only by accident of its keys."""

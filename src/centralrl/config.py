@@ -1245,6 +1245,11 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
         raise ConfigError(f"profile: {profile!r} is not a profile name (a file name of profiles/ without .yaml)")
     if overlay_file.exists() and not overlay_file.is_file():
         raise ConfigError(f"profile: {overlay_file} is a folder, not a profile file")
+    if not overlay_file.is_file() and params_path.resolve().parent.name == "profiles":
+        raise ConfigError(
+            f"{params_path} looks like a profile, not a params file: give the params.yaml beside profiles/ and "
+            f"select the profile there (profile: {params_path.stem}, or dvc exp run -S profile={params_path.stem})"
+        )
     if not overlay_file.is_file():
         raise ConfigError(
             f"profile: no profile {profile!r} ({overlay_file} not found); known: "
