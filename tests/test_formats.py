@@ -543,6 +543,14 @@ def test_malformed_json_line_names_file_and_line(tmp_path):
         load_questions(source("nq_open", path), tmp_path)
 
 
+def test_a_jsonl_file_is_read_line_by_line_whatever_its_first_line_holds(tmp_path):
+    """A .jsonl whose first line was a JSON array was read as one JSON list: its rows, and no error."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('[{"question": "q", "answer": ["a"]}]\n', encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{path}:1: expected a JSON object, got list")):
+        load_questions(source("nq_open", path), tmp_path)
+
+
 def test_malformed_json_file_names_file_and_line(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('[\n{"_id": "x",\n', encoding="utf-8")

@@ -157,9 +157,13 @@ def _first_byte(path: Path) -> bytes:
 
 
 def records(path: Path) -> Iterator[tuple[str, dict]]:
-    """(where, row) pairs of a .tsv file, a JSON list (file starts with '[') or JSON lines."""
+    """(where, row) pairs of a .tsv file, a JSON list (file starts with '[') or JSON lines; a .jsonl file is
+    JSON lines whatever it starts with (a first line holding a JSON array is that line's error, not the file's
+    rows)."""
     if path.suffix == ".tsv":
         return _tsv(path)
+    if path.suffix == ".jsonl":
+        return read_jsonl(path)
     return _json_list(path) if _first_byte(path) == b"[" else read_jsonl(path)
 
 
