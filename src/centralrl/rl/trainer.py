@@ -81,6 +81,9 @@ from centralrl.schema import Question, interleave
 from centralrl.seeding import derive_seed
 
 
+UPDATE_SUMS = ("loss", "clipped", "kl", "drift", "tokens")  # what an update sums over its trained tokens
+
+
 @dataclass(frozen=True)
 class Sample:
     """One trainable role call: the sequence, where its completion starts, its adapter and advantage, and the
@@ -236,7 +239,7 @@ def _accumulate(model, samples, g: GrpoConfig, temperature, pad, denominator, me
     device = next(model.parameters()).device
     base = model.get_base_model()
     decoder, head = base.base_model, base.get_output_embeddings()  # the LoRA layers live inside both
-    totals = dict.fromkeys(("loss", "clipped", "kl", "drift", "tokens"), 0.0)
+    totals = dict.fromkeys(UPDATE_SUMS, 0.0)
     for adapter in sorted({s.adapter for s in samples}):
         group = [s for s in samples if s.adapter == adapter]
         model.set_adapter(adapter)
@@ -437,7 +440,7 @@ class Trainer:
         informative_groups, denominator = self.world.total(
             [float(sum(informative)), loss_denominator(samples, g.loss_normalization)]
         )
-        local = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "tokens": 0.0}
+        local = dict.fromkeys(UPDATE_SUMS, 0.0)
         grad_norm = 0.0
         measured = bool(informative_groups) and self.measures_kl()
         if informative_groups:
