@@ -96,7 +96,7 @@ def checked_cuts(document: object, path: Path, cfg: Config, cell: tuple[str, int
     """The cuts of budgets.json, written by the training of `cell` (arm, seed, backbone;
     `trained_cell_problem`): for every budget of params, the step its cut fell at (within the `steps_run` of its
     history: `Config.cut_problem` says the rest), whether the budget was reached, and what the run had spent
-    (trained tokens, FLOPs)."""
+    (optimizer steps, trained tokens, FLOPs)."""
     problem = trained_cell_problem(document, *cell)
     if problem:
         raise DataError(f"{path}: {problem}")
@@ -114,7 +114,7 @@ def checked_cuts(document: object, path: Path, cfg: Config, cell: tuple[str, int
             raise DataError(f"{path}: {problem}")
         if cut["step"] > steps_run:
             raise DataError(f"{where}: cut at step {cut['step']}, but its history holds {steps_run} steps")
-        for field in ("trained_tokens", "flops"):
+        for field in ("steps", "trained_tokens", "flops"):
             _number(cut["spent"].get(field), where, f"spent.{field}")
     return cuts
 

@@ -24,7 +24,7 @@ QUESTIONS = [
     for i, bench in enumerate(["nq", "nq", "popqa", "popqa"])
 ]
 COUNTS = {"questions": 2, "with_supporting_passages": 2, "with_decomposition": 0}
-CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
+CUT = {"step": 2, "reached": True, "spent": {"steps": 2, "trained_tokens": 10, "flops": 1e9}}
 STILL = {"calls": 0, "changed": 0, "changed_share": None, "kl": None}
 OLD_METRICS = '{"old": true}\n'
 

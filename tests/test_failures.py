@@ -439,7 +439,7 @@ def test_an_empty_output_the_report_reads_is_named(tmp_path):
         _rows(tmp_path / "records.jsonl", "evaluate@joint-0-main")
 
 
-GOOD_CUT = {"step": 2, "reached": True, "spent": {"trained_tokens": 10, "flops": 1e9}}
+GOOD_CUT = {"step": 2, "reached": True, "spent": {"steps": 2, "trained_tokens": 10, "flops": 1e9}}
 CUTS = {
     "equal_steps": GOOD_CUT | {"budget": {"steps": 8}},
     "equal_tokens": GOOD_CUT | {"budget": {"trained_tokens": 2400}},
@@ -452,7 +452,14 @@ CUTS = {
         ([GOOD_CUT], "b.json: expected a mapping of budgets, got list"),
         ({"equal_steps": CUTS["equal_steps"]}, "b.json: budget 'equal_tokens': no cut with its `spent`"),
         (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "reached": "yes"}}, "field 'reached' must be"),
-        (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "spent": {"flops": 1.0}}}, "'spent.trained_tokens' must"),
+        (
+            CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "spent": {"steps": 1, "flops": 1.0}}},
+            "'spent.trained_tokens' must",
+        ),
+        (
+            CUTS | {"equal_steps": {**CUTS["equal_steps"], "spent": {"trained_tokens": 1, "flops": 1.0}}},
+            "'spent.steps' must",
+        ),
         (CUTS | {"equal_tokens": {**CUTS["equal_tokens"], "step": 3}}, "cut at step 3, but its history holds 2"),
     ],
 )

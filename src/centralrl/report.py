@@ -207,10 +207,13 @@ def spending_section(result: dict) -> list[str]:
         "## What each arm spent",
         "",
         "Training cut at the first step whose spending reached the budget "
-        "(FLOPs: the estimate of `centralrl.compute`, rollout generation plus update).",
+        "(FLOPs: the estimate of `centralrl.compute`, rollout generation plus update). Optimizer steps: the steps up "
+        "to the cut that updated the policy; a step whose groups all had equal rewards gives GRPO nothing to learn "
+        "and is skipped, so a cut at step 8 may hold fewer than 8 updates.",
         "",
-        "| backbone | budget | arm | seed | cut at step | budget reached | trained tokens | training FLOPs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| backbone | budget | arm | seed | cut at step | optimizer steps | budget reached | trained tokens "
+        "| training FLOPs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
@@ -218,7 +221,7 @@ def spending_section(result: dict) -> list[str]:
                 for seed, cell in row["seeds"].items():
                     spent = cell["spent"]
                     lines.append(
-                        f"| {backbone} | {budget} | {arm} | {seed} | {cell['step']} "
+                        f"| {backbone} | {budget} | {arm} | {seed} | {cell['step']} | {spent['steps']:.0f} "
                         f"| {'yes' if cell['reached'] else 'no'} "
                         f"| {spent['trained_tokens']:,.0f} | {spent['flops']:.3g} |"
                     )
