@@ -3,7 +3,10 @@ order its header names, its units and n, and how the movement table folds the se
 
 from __future__ import annotations
 
-from centralrl.report import spending_section
+from centralrl.compare import comparison
+from centralrl.config import load_config
+from centralrl.report import movement_section, spending_section, verdict_section
+from conftest import write_params
 
 
 def test_the_spending_table_shows_the_optimizer_steps_a_cut_held():
@@ -20,3 +23,57 @@ def test_the_spending_table_shows_the_optimizer_steps_a_cut_held():
     table = "\n".join(spending_section(result))
     assert "| cut at step | optimizer steps | budget reached |" in table
     assert "| main | equal_steps | joint | 0 | 8 | 7 | no | 80 | 2.4e+10 |" in table
+
+
+def _comparison(params) -> dict:
+    """The compare stage's statistics on two seeds of 40 questions in two benchmarks: central_only right on every
+    other question, joint on every fourth; central in seed 0 made 10 calls and changed 1, in seed 1 30 and 15."""
+    cfg = load_config(params)
+
+    def records(right) -> list[dict]:
+        scores = [float(right(i)) for i in range(40)]
+        return [
+            {"id": f"q{i:02d}", "benchmark": "xy"[i % 2], "question": "Who?", "golden_answers": ["Ann"]}
+            | {"f1": s, "acc": s, "em": s}
+            for i, s in enumerate(scores)
+        ]
+
+    def moved(arm: str, calls: int, changed: int) -> dict:
+        share = {"calls": calls, "changed": changed, "changed_share": changed / calls, "kl": 0.01}
+        return {role: share | {"adapter": adapter} for role, adapter in cfg.arm_adapters(arm).items()}
+
+    scores = {"central_only": records(lambda i: i % 4 < 2), "joint": records(lambda i: i % 4 == 0)}
+    arms = {arm: {seed: dict.fromkeys(cfg.budgets, scores[arm]) for seed in cfg.seeds} for arm in cfg.arms}
+    cut = {"step": 2, "reached": True, "spent": {"steps": 2.0, "trained_tokens": 10.0, "flops": 1e9}}
+    cuts = {arm: {seed: {b: cut | {"budget": {}} for b in cfg.budgets} for seed in cfg.seeds} for arm in cfg.arms}
+    movement = {
+        arm: {seed: dict.fromkeys(cfg.budgets, moved(arm, *[(10, 1), (30, 15)][seed])) for seed in cfg.seeds}
+        for arm in cfg.arms
+    }
+    references = {ref: scores["joint"] for ref in cfg.references}
+    return comparison(cfg, {"main": arms}, {"main": references}, {"main": cuts}, {"main": movement})
+
+
+def test_the_verdict_table_says_its_units_its_n_and_which_mde_comes_first(tmp_path):
+    result = _comparison(write_params(tmp_path, {"seeds": [0, 1]}))
+    power = result["backbones"]["main"]["budgets"]["equal_steps"]["claim"]["f1"]["power"]
+    per_seed = sorted(d["rule_mde"] for d in power["seeds"].values())
+    assert power["mde"] < per_seed[0]  # the seed-averaged difference is the one to see first
+    table = "\n".join(verdict_section(result))
+    assert "in points of the metric on 0-100" in table
+    assert "| metric | n | central_only (mean over seeds) |" in table
+    assert "MDE at 80% power, seed-averaged (each seed alone, all seeds at 80% together)" in table
+    mde = f"{power['mde']:.2f} ({per_seed[0]:.2f}-{per_seed[1]:.2f})"
+    assert "| main | equal_steps (steps 2) | F1 | 40 x 2 | 50.00 | 25.00 | s0: 25.00 [" in table
+    assert f"| **supported** | {mde} |" in table
+
+
+def test_the_movement_table_says_calls_are_summed_and_shares_averaged_unweighted(tmp_path):
+    table = "\n".join(movement_section(_comparison(write_params(tmp_path, {"seeds": [0, 1]}))))
+    assert "| calls, summed over seeds |" in table
+    assert "| main | equal_steps | central_only | retrieval | 40 | frozen | frozen | | |" in table
+    assert "| changed, mean over seeds (unweighted) | KL, mean over seeds (unweighted) |" in table
+    # 1 of 10 and 15 of 30 changed: 30% a seed on average (16 of 40 calls would be 40%)
+    assert (
+        "| main | equal_steps | joint | central | 40 | s0: 10%; s1: 50% | s0: 0.01; s1: 0.01 | 30% | 0.01 |" in table
+    )

@@ -52,10 +52,13 @@ def verdict_section(result: dict) -> list[str]:
         "",
         f"Claim: **{first} > {second}**. Rule: {result['rule']} (level {result['level']:.0%}).",
         "",
-        f"| backbone | budget | metric | {first} (mean over seeds) | {second} | difference per seed [CI], p | "
-        f"verdict | MDE at {result['power']:.0%} power (per seed, all seeds at {result['power']:.0%} together) | "
-        "published difference |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Scores, differences and MDEs in points of the metric on 0-100 (macro-average over the benchmarks); n: test "
+        "questions x seeds.",
+        "",
+        f"| backbone | budget | metric | n | {first} (mean over seeds) | {second} | difference per seed [CI], p | "
+        f"verdict | MDE at {result['power']:.0%} power, seed-averaged (each seed alone, all seeds at "
+        f"{result['power']:.0%} together) | published difference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
@@ -67,7 +70,8 @@ def verdict_section(result: dict) -> list[str]:
                 means = [cut["arms"][arm]["spread"][metric]["mean"] for arm in (first, second)]
                 published = PUBLISHED[metric]
                 lines.append(
-                    f"| {backbone} | {budget} ({_budget_text(cut['budget'])}) | {NAMES[metric]} | {means[0]:.2f} "
+                    f"| {backbone} | {budget} ({_budget_text(cut['budget'])}) | {NAMES[metric]} "
+                    f"| {claim['power']['questions']} x {len(claim['seeds'])} | {means[0]:.2f} "
                     f"| {means[1]:.2f} | {seeds} | **{claim['verdict']}** | {_mde(claim['power'])} "
                     f"| {published[first]:.2f} - {published[second]:.2f} "
                     f"= {published[first] - published[second]:+.2f} |"
@@ -381,16 +385,18 @@ def lost_section(result: dict) -> list[str]:
 
 
 def movement_section(result: dict) -> list[str]:
-    """Per backbone, budget, arm and role: calls, the share changed from the start and the mean KL to it, per seed
-    and averaged over seeds (a frozen role is the start: marked, not measured)."""
+    """Per backbone, budget, arm and role: calls (summed over seeds), the share changed from the start and the mean
+    KL to it, per seed and averaged over seeds unweighted (a frozen role is the start: marked, not measured)."""
     lines = [
         "## How far each role moved from the start",
         "",
         "On the test questions, per role: the share of the trained arm's greedy calls whose output differs from "
         "what the starting checkpoint generates greedily from the same prompt, and the mean per-token "
-        "KL(policy || start) over those calls' tokens. A frozen role runs the start itself.",
+        "KL(policy || start) over those calls' tokens. A frozen role runs the start itself. Calls are summed over "
+        "the seeds; the means are of the seeds' figures, each seed counting once whatever its calls.",
         "",
-        "| backbone | budget | arm | role | calls | changed, per seed | KL, per seed | changed, mean | KL, mean |",
+        "| backbone | budget | arm | role | calls, summed over seeds | changed, per seed | KL, per seed "
+        "| changed, mean over seeds (unweighted) | KL, mean over seeds (unweighted) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, bb in result["backbones"].items():
