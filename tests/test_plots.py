@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+from matplotlib.image import imread
+
 from centralrl.plots import (
+    COLORS,
+    arm_colors,
     markdown_to_html,
     plot_differences,
     plot_health,
@@ -108,6 +113,28 @@ def test_score_vs_compute_with_reference(tmp_path):
         return plot_score_vs_compute(data, path, metric="f1")
 
     _same_twice_and_changes(draw, points, changed, tmp_path)
+
+
+def _longest_row(png, color: str) -> int:
+    """The most pixels of exactly `color` in one row of the image (a horizontal line spans hundreds)."""
+    pixels = np.rint(imread(png)[..., :3] * 255).astype(int)
+    rgb = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
+    return int((pixels == rgb).all(axis=-1).sum(axis=1).max())
+
+
+def test_an_arm_has_its_color_in_every_figure_with_references_or_without(tmp_path):
+    # the training, dev and health figures color the trained arms alone: central_only the first color, joint the
+    # second; the compute figure keeps them and gives its reference, a full-width dashed line, the third
+    points = [{"arm": "base", "seed": 0, "budget": "reference", "flops": 0.0, "score": 20.0}]
+    points += [
+        {"arm": arm, "seed": 0, "budget": budget, "flops": flops, "score": 25.0 + flops / 1e12 + (arm == "joint")}
+        for arm in ("central_only", "joint")
+        for budget, flops in (("small", 1e12), ("large", 4e12))
+    ]
+    assert arm_colors(["joint", "central_only"]) == {"central_only": COLORS[0], "joint": COLORS[1]}
+    png = plot_score_vs_compute(points, tmp_path / "compute.png")
+    assert _longest_row(png, COLORS[2]) > 300
+    assert _longest_row(png, COLORS[0]) < 100 and _longest_row(png, COLORS[1]) < 100
 
 
 def test_differences_forest(tmp_path):

@@ -7,8 +7,8 @@ draws the dev-split F1 (`centralrl.rl.dev`) against step and against training FL
 
 Every figure is a `matplotlib.figure.Figure` drawn on an Agg canvas (no pyplot state, nothing at import),
 saved as PNG at a fixed dpi without the "Software" metadata, so the same inputs give byte-identical files.
-Arms get distinct colors in sorted-arm order (a fixed list up to ten arms, evenly spaced hues beyond); every
-mapping is walked in sorted-key order.
+Arms get distinct colors in sorted-arm order (a fixed list up to ten, evenly spaced hues beyond), references the
+colors after them, so a trained arm has the same color in every figure; every mapping is walked in sorted-key order.
 """
 
 from __future__ import annotations
@@ -54,9 +54,14 @@ def palette(n: int) -> list[str]:
     return [to_hex(hsv_to_rgb((i / n, 0.8, 0.8))) for i in range(n)]
 
 
-def arm_colors(arms: Sequence[str]) -> dict[str, str]:
-    """{arm: color}, a distinct one per arm in sorted-arm order."""
-    names = sorted(set(arms))
+def arm_colors(arms: Sequence[str], references: Sequence[str] = ()) -> dict[str, str]:
+    """{name: color}, a distinct one per name: the arms in sorted order, then the references, so that an arm's
+    color does not depend on which references share its figure.
+
+    >>> arm_colors(["joint", "central_only"], ["base"]) == arm_colors(["joint", "central_only"]) | {"base": COLORS[2]}
+    True
+    """
+    names = sorted(set(arms)) + sorted(set(references) - set(arms))
     return dict(zip(names, palette(len(names))))
 
 
@@ -227,9 +232,9 @@ def _legend_handles(colors: Mapping[str, str], markers: Mapping[str, str], seeds
 def plot_score_vs_compute(points: Sequence[Mapping], path: Path, metric: str = "f1") -> Path:
     """Score (0-100) against FLOPs spent: color per arm, marker per budget, a line per (arm, seed) in FLOPs
     order; flops-0 references (e.g. "base") are horizontal dashed lines labeled with the arm name."""
-    colors = arm_colors([p["arm"] for p in points])
     trained = [p for p in points if p["flops"] > 0]
     references = [p for p in points if p["flops"] <= 0]
+    colors = arm_colors([p["arm"] for p in trained], [p["arm"] for p in references])
     markers = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(sorted({p["budget"] for p in trained}))}
     seeds = sorted({p["seed"] for p in trained})
     figure, (ax,) = _new_figure(7, 4.5)
