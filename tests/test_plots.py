@@ -145,10 +145,12 @@ def test_differences_forest(tmp_path):
     ]
     changed = [dict(r, high=r["high"] + 3) if r["label"] == "nq" else r for r in rows]
 
-    def draw(data, path):
-        return plot_differences(data, path, title="central_only minus joint")
+    def draw(data, path, level=0.95):
+        return plot_differences(data, path, title="central_only minus joint", level=level)
 
     _same_twice_and_changes(draw, rows, changed, tmp_path)
+    # the axis names the CIs' level, which compare.level sets: 90% intervals are not labelled 95%
+    assert draw(rows, tmp_path / "90.png", level=0.9).read_bytes() != (tmp_path / "two.png").read_bytes()
 
 
 def test_markdown_to_html():

@@ -28,7 +28,7 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 FLOPS_LABEL = "training FLOPs (estimated)"
-DIFFERENCE_LABEL = "difference (first arm minus second), 95% CI"
+DIFFERENCE_LABEL = "difference (first arm minus second), {level:.0%} CI"
 
 CSS = (
     "body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; "
@@ -266,8 +266,9 @@ def _first_seen(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
-    """Forest plot: one row per label (first-appearance order, top down), one estimate with its CI per group."""
+def plot_differences(rows: Sequence[Mapping], path: Path, title: str, level: float) -> Path:
+    """Forest plot: one row per label (first-appearance order, top down), one estimate with its CI (at `level`,
+    e.g. 0.95) per group."""
     labels = _first_seen([r["label"] for r in rows])
     groups = _first_seen([r["group"] for r in rows])
     step, colors = 0.6 / max(len(groups), 1), palette(len(groups))
@@ -287,7 +288,7 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str) -> Path:
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
-    _finish(ax, title, DIFFERENCE_LABEL, "")
+    _finish(ax, title, DIFFERENCE_LABEL.format(level=level), "")
     return _save(figure, path)
 
 

@@ -514,6 +514,7 @@ def figures(result: dict, histories: Mapping, folder: Path) -> list[str]:
                     rows,
                     folder / f"differences_{backbone}_{budget}_{metric}.png",
                     f"{' - '.join(result['claim'])}, {NAMES[metric]}, {budget} ({backbone})",
+                    result["level"],
                 )
                 lines += [f"![differences per benchmark, {metric}, {budget}]({path.name})", ""]
     return lines
