@@ -44,6 +44,17 @@ def test_training_curves(tmp_path):
     assert _png_height(taller) == 2 * _png_height((tmp_path / "two.png").read_bytes())
 
 
+def test_training_curves_leave_out_an_f1_that_is_the_reward(tmp_path):
+    # an F1 reward without a format bonus logs f1 equal to reward_mean (that one in float32): one curve, one panel
+    def run(f1) -> list[dict]:
+        return [{"step": s, "reward_mean": float(np.float32(0.1 * s))} | f1(s) for s in range(1, 4)]
+
+    with_f1 = {"joint": {0: run(lambda s: {"f1": 0.1 * s})}}
+    without = {"joint": {0: run(lambda s: {})}}
+    drawn = plot_training_curves(with_f1, tmp_path / "f1.png").read_bytes()
+    assert drawn == plot_training_curves(without, tmp_path / "none.png").read_bytes()
+
+
 def _png_height(png: bytes) -> int:
     return int.from_bytes(png[20:24], "big")  # the IHDR chunk: width, then height
 

@@ -14,6 +14,7 @@ colors after them, so a trained arm has the same color in every figure; every ma
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -142,13 +143,21 @@ def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
 
 def plot_training_curves(histories: Histories, path: Path) -> Path:
     """reward_mean and f1 over step, then reward_mean per benchmark where the histories hold it, one line per
-    (arm, seed): color per arm, linestyle per seed."""
+    (arm, seed): color per arm, linestyle per seed. No f1 panel where every step's f1 is its reward_mean (an F1
+    reward without a format bonus: the same curve twice)."""
     present = _history_keys(histories)
-    keys = ["reward_mean", "f1", *sorted(k for k in present if k.startswith("reward_mean."))]
+    f1 = ["f1"] if "f1" in present and not _same_as_reward(histories, "f1") else []
+    keys = ["reward_mean", *f1, *sorted(k for k in present if k.startswith("reward_mean."))]
     figure, axes = _panels(len(keys), 2, 10, 4)
     for ax, key in zip(axes, keys):
         _plot_key(ax, histories, key, f"{key} during training")
     return _save(figure, path)
+
+
+def _same_as_reward(histories: Histories, key: str) -> bool:
+    """Whether every row holding `key` has it equal to its reward_mean (the reward is logged in float32)."""
+    rows = [row for runs in histories.values() for rows in runs.values() for row in rows if key in row]
+    return all(math.isclose(row[key], row["reward_mean"], abs_tol=1e-6) for row in rows)
 
 
 def dev_points(rows: Sequence[Mapping[str, float]], metric: str = "f1") -> list[tuple[float, float, float]]:
