@@ -10,6 +10,7 @@ from matplotlib.image import imread
 from centralrl.plots import (
     COLORS,
     arm_colors,
+    health_figure,
     markdown_to_html,
     plot_differences,
     plot_health,
@@ -79,6 +80,32 @@ def test_health_monitors_plot_the_keys_a_history_has(tmp_path):
     assert plot_health(with_entropy, tmp_path / "e.png").read_bytes() != (tmp_path / "two.png").read_bytes()
     assert plot_health({"joint": {0: [{"step": 1, "reward_mean": 0.5}]}}, tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_health_figure_has_one_legend_marks_sparse_points_and_starts_axes_at_zero():
+    # kl measured at steps 4 and 8 only (kl_every 4), invalid_rate 0 at every step, grad_norm at every step
+    histories = {
+        arm: {
+            seed: [
+                {"step": s, "invalid_rate": 0.0, "grad_norm": 1.0 + s} | ({"kl": 0.01 * s} if s % 4 == 0 else {})
+                for s in range(1, 9)
+            ]
+            for seed in (0, 1)
+        }
+        for arm in ("joint", "central_only")
+    }
+    figure = health_figure(histories)
+    panels = {ax.get_title(): ax for ax in figure.axes if ax.get_visible()}
+    assert list(panels) == ["kl", "invalid_rate", "grad_norm"]
+    assert all(ax.get_legend() is None for ax in panels.values())  # a legend per panel covered its lines
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [
+        f"{arm} seed {seed}" for arm in ("central_only", "joint") for seed in (0, 1)
+    ]
+    assert {line.get_marker() for line in panels["kl"].get_lines()} == {"o"}  # 2 points of 8 steps
+    assert {line.get_marker() for line in panels["grad_norm"].get_lines()} == {"None"}
+    low, high = panels["invalid_rate"].get_ylim()
+    assert low == 0 < high  # not -0.04 to 0.04
+    assert panels["grad_norm"].get_ylim()[0] == 0
 
 
 def test_dev_curves_start_at_the_start_and_follow_the_scored_steps(tmp_path):

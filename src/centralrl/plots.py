@@ -121,24 +121,32 @@ def _history_keys(histories: Histories) -> set[str]:
     return {key for runs in histories.values() for rows in runs.values() for row in rows for key in row}
 
 
-def _plot_key(ax: Axes, histories: Histories, key: str, title: str) -> None:
-    """`key` over step, one line per (arm, seed) whose rows have it: color per arm, linestyle per seed; a run
-    with one point is a marker (a line of one point draws nothing)."""
+def _run_styles(histories: Histories) -> dict[tuple[str, int], dict[str, str]]:
+    """{(arm, seed): its line's color (per arm) and linestyle (per seed)}, in sorted order."""
     colors = arm_colors(list(histories))
     seeds = sorted({seed for runs in histories.values() for seed in runs})
-    for arm in sorted(histories):
-        for seed in sorted(histories[arm]):
-            rows = [r for r in histories[arm][seed] if key in r and "step" in r]
-            if rows:
-                ax.plot(
-                    [r["step"] for r in rows],
-                    [r[key] for r in rows],
-                    color=colors[arm],
-                    linestyle=LINESTYLES[seeds.index(seed) % len(LINESTYLES)],
-                    marker="o" if len(rows) == 1 else None,
-                    label=f"{arm} seed {seed}",
-                )
-    _finish(ax, title, "step", key)
+    return {
+        (arm, seed): {"color": colors[arm], "linestyle": LINESTYLES[seeds.index(seed) % len(LINESTYLES)]}
+        for arm in sorted(histories)
+        for seed in sorted(histories[arm])
+    }
+
+
+def _plot_key(ax: Axes, histories: Histories, key: str, title: str, legend: bool = True) -> None:
+    """`key` over step, one line per (arm, seed) whose rows have it (`_run_styles`); a run with one point, or
+    with the key at only some of its steps (the KL, measured every few), has a marker at each point."""
+    for (arm, seed), style in _run_styles(histories).items():
+        rows = [r for r in histories[arm][seed] if key in r and "step" in r]
+        if rows:
+            sparse = len(rows) == 1 or len(rows) < len(histories[arm][seed])
+            ax.plot(
+                [r["step"] for r in rows],
+                [r[key] for r in rows],
+                marker="o" if sparse else None,
+                label=f"{arm} seed {seed}",
+                **style,
+            )
+    _finish(ax, title, "step", key, None if legend else ())
 
 
 def plot_training_curves(histories: Histories, path: Path) -> Path:
@@ -213,15 +221,29 @@ def health_keys(histories: Histories) -> list[str]:
     ]
 
 
-def plot_health(histories: Histories, path: Path) -> Path | None:
-    """One panel per health monitor the histories hold (`health_keys`), three to a row; None when they hold none."""
+def health_figure(histories: Histories) -> Figure | None:
+    """One panel per health monitor the histories hold (`health_keys`), three to a row, and one legend of the runs
+    above them all (a legend per panel covered the lines); None when they hold none. A panel whose values are
+    all at least 0 (sizes, shares and rates: every monitor) starts its axis at 0, an all-zero one too."""
     keys = health_keys(histories)
     if not keys:
         return None
     figure, axes = _panels(len(keys), 3, 13, 3.2)
     for ax, key in zip(axes, keys):
-        _plot_key(ax, histories, key, key)
-    return _save(figure, path)
+        _plot_key(ax, histories, key, key, legend=False)
+        if ax.dataLim.ymin >= 0:
+            ax.set_ylim(bottom=0)
+    runs = [
+        Line2D([], [], label=f"{arm} seed {seed}", **style) for (arm, seed), style in _run_styles(histories).items()
+    ]
+    figure.legend(handles=runs, loc="outside upper center", ncols=min(len(runs), 6), fontsize="small")
+    return figure
+
+
+def plot_health(histories: Histories, path: Path) -> Path | None:
+    """`health_figure` as a PNG; None, and nothing written, when the histories hold no health monitor."""
+    figure = health_figure(histories)
+    return None if figure is None else _save(figure, path)
 
 
 def _legend_handles(colors: Mapping[str, str], markers: Mapping[str, str], seeds: Sequence[int]) -> list[Line2D]:
