@@ -75,6 +75,7 @@ HEALTH_KEYS = (  # the trainer's step metrics that watch for collapse, in panel 
     "informative_share",  # groups with reward variance; 1 - informative_share have zero variance
     "informative_groups",
     "clip_fraction",
+    "logprob_drift",  # mean |update - rollout| log-prob per trained token: the precision gap the clip absorbs
     "grad_norm",
 )
 
