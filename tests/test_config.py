@@ -144,7 +144,7 @@ def test_budget_sets_exactly_one_limit(tmp_path):
 def test_claim_must_name_two_arms(tmp_path):
     params = write_params(tmp_path, {"claim": ["central_only", "jiont"]})
     with pytest.raises(
-        ConfigError, match=r"\n  claim: names \['jiont'\], which are not arms .*\(got \['central_"
+        ConfigError, match=r"\n  claim: \[.jiont.\] are not entries of arms \(known: central_only, joint\)"
     ) as error:
         load_config(params)
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param

@@ -946,25 +946,18 @@ class Config(Section):
             return value
         raise ValueError("must be auto or a whole number of threads from 1")
 
-    @field_validator("backbones")
+    @field_validator("backbones", "claim")
     @classmethod
-    def _backbones_are_models(cls, backbones: list[str], info: ValidationInfo) -> list[str]:
-        models = info.data.get("models")  # None when it failed its own checks
-        unknown = [name for name in backbones if models is not None and name not in models]
+    def _names_are_entries(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        """backbones name entries of models, the claim two different arms."""
+        where = {"backbones": "models", "claim": "arms"}[info.field_name]
+        known = info.data.get(where)  # None when it failed its own checks
+        unknown = [name for name in names if known is not None and name not in known]
         if unknown:
-            raise ValueError(f"{unknown} are not entries of models (known: {', '.join(models)})")
-        return backbones
-
-    @field_validator("claim")
-    @classmethod
-    def _claim_names_two_arms(cls, claim: list[str], info: ValidationInfo) -> list[str]:
-        arms = info.data.get("arms")  # None when it failed its own checks
-        missing = [arm for arm in claim if arms is not None and arm not in arms]
-        if missing:
-            raise ValueError(f"names {missing}, which are not arms (arms: {', '.join(arms)})")
-        if claim[0] == claim[1]:
-            raise ValueError(f"compares {claim[0]!r} with itself; name two different arms")
-        return claim
+            raise ValueError(f"{unknown} are not entries of {where} (known: {', '.join(known)})")
+        if info.field_name == "claim" and names[0] == names[1]:
+            raise ValueError(f"compares {names[0]!r} with itself; name two different arms")
+        return names
 
     @model_validator(mode="after")
     def _names_resolve(self) -> Config:
