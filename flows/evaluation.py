@@ -23,7 +23,7 @@ from tqdm import tqdm
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.compute import ModelShape, accelerator_hours, peak_memory
 from centralrl.config import TOPOLOGY_ROLES, Config, adapter_names, load_config
-from centralrl.errors import DataError
+from centralrl.errors import DataError, TrackingError
 from centralrl.evaluation import (
     budget_cuts,
     compute_spent,
@@ -84,15 +84,14 @@ def log_run(
 def evaluate_one(
     cfg: Config,
     name: str,
-    tags: dict,
     questions: list[Question],
     policy: RolePolicy,
     retriever: Retriever,
     topology: str,
     out_dir: Path,
-) -> tuple[dict, dict]:
-    """Roll out, score and write one evaluation, measure how far its roles moved from the start; log it with its
-    timing; return ({scores, compute}, movement)."""
+) -> tuple[dict, dict, dict]:
+    """Roll out, score and write one evaluation, measure how far its roles moved from the start; return
+    ({scores, compute}, movement, timing), logged once the stage's outputs are written (`log_runs`)."""
     started = time.perf_counter()
     with policy.clock.phase("evaluation"):
         episodes = run_all(cfg, name, questions, policy, retriever, topology)
@@ -104,8 +103,21 @@ def evaluate_one(
         movement = measure_movement(episodes, policy, TOPOLOGY_ROLES[topology])
     seconds = time.perf_counter() - started
     timing = policy.clock.totals() | peak_memory() | {"accelerator_hours": accelerator_hours(seconds, policy.device)}
-    log_run(open_tracker(cfg.tracking), cfg, name, tags, result, movement, timing, out_dir)
-    return result, movement
+    return result, movement, timing
+
+
+def log_runs(cfg: Config, runs: list[tuple], *written: str) -> None:
+    """Log each evaluated cut's run (name, tags, result, movement, timing, folder), after the stage's outputs
+    (`written`) are whole: a tracking server that fails here leaves them as they are, and the error says so."""
+    try:
+        tracker = open_tracker(cfg.tracking)
+        for run in runs:
+            log_run(tracker, cfg, *run)
+    except TrackingError as error:
+        kept = ", ".join(written)
+        raise TrackingError(
+            f"{error}; the evaluation is written and kept ({kept}), only its MLflow runs are missing"
+        ) from None
 
 
 @flow(name="evaluate-harness")
@@ -138,23 +150,36 @@ def evaluation_flow(
     retriever = open_retriever(cfg.retrieval, index_dir)
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
-        tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
-        with atomic_directory(out_dir) as written:
-            result, _ = evaluate_one(  # untrained: every role is the start
-                cfg, f"{reference}-{backbone}", tags, questions, policy, retriever, topology, written
-            )
+        name = f"{reference}-{backbone}"
+        with atomic_directory(out_dir) as written:  # untrained: every role is the start
+            result, movement, timing = evaluate_one(cfg, name, questions, policy, retriever, topology, written)
         write_json(metrics_path, result)
+        tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
+        log_runs(cfg, [(name, tags, result, movement, timing, Path(out_dir))], out_dir, metrics_path)
         return result
     by_step = cuts_by_step(cuts)
     for first, *_ in by_step.values():  # every cut read before any is evaluated
         checked_adapters(Path(adapters_dir) / first, adapter_names(cfg.arm_adapters(arm)))
     check_trained_files(budgets, budgets_path, model_dir, adapters_dir)
     with atomic_directory(out_dir) as written:  # whole or absent: a later cut's failure leaves no earlier one
-        results, movement = evaluate_cuts(
+        results, movement, timing = evaluate_cuts(
             cfg, backbone, model_dir, arm, seed, adapters_dir, by_step, questions, retriever, written
         )
     write_json(metrics_path, dict(sorted(results.items())))
     write_json(movement_path, dict(sorted(movement.items())))
+    runs = [
+        (
+            f"{arm}-{seed}-{backbone}-{budget}",
+            cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step),
+            results[budget],
+            movement[budget],
+            timing.get(budget, {}),  # the cuts that shared another's evaluation took no time of their own
+            Path(out_dir) / budget,
+        )
+        for step, budgets in by_step.items()
+        for budget in budgets
+    ]
+    log_runs(cfg, runs, out_dir, metrics_path, movement_path)
     return results
 
 
@@ -169,38 +194,20 @@ def evaluate_cuts(
     questions: list[Question],
     retriever: Retriever,
     out_dir: Path,
-) -> tuple[dict, dict]:
-    """({budget: result}, {budget: movement}) of one trained cell, a cut's adapters loaded and evaluated once per
-    step (`cuts_by_step`), its records written for every budget cut there."""
+) -> tuple[dict, dict, dict]:
+    """({budget: result}, {budget: movement}, {budget: timing}) of one trained cell, a cut's adapters loaded and
+    evaluated once per step (`cuts_by_step`), its records written for every budget cut there (timed once)."""
     topology = cfg.arm(arm).topology
-    results, movement = {}, {}
-    for step, (first, *same) in by_step.items():
+    results, movement, timing = {}, {}, {}
+    for first, *same in by_step.values():
         policy = load_policy(cfg, backbone, model_dir, str(Path(adapters_dir) / first), arm)
-        name = f"{arm}-{seed}-{backbone}"
-        results[first], movement[first] = evaluate_one(
-            cfg,
-            f"{name}-{first}",
-            cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=first, step=step),
-            questions,
-            policy,
-            retriever,
-            topology,
-            Path(out_dir) / first,
+        results[first], movement[first], timing[first] = evaluate_one(
+            cfg, f"{arm}-{seed}-{backbone}-{first}", questions, policy, retriever, topology, Path(out_dir) / first
         )
-        for budget in same:  # the same adapters: evaluated once, written and logged as each budget's cell
+        for budget in same:  # the same adapters: evaluated once, written (and later logged) as each budget's cell
             results[budget], movement[budget] = results[first], movement[first]
             copy_evaluation(Path(out_dir) / first, Path(out_dir) / budget)
-            log_run(
-                open_tracker(cfg.tracking),
-                cfg,
-                f"{name}-{budget}",
-                cell_tags(cfg, arm=arm, seed=seed, backbone=backbone, budget=budget, step=step),
-                results[first],
-                movement[first],
-                {},
-                Path(out_dir) / budget,
-            )
-    return results, movement
+    return results, movement, timing
 
 
 if __name__ == "__main__":  # a module of the flow its stage runs; run as a script it did nothing, silently

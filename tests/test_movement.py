@@ -171,3 +171,41 @@ def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
     assert len(records) == questions
     assert all(set(json.loads(r)["tokens"]) == {"agent"} for r in records)  # the single agent works alone
     assert "f1" in json.dumps(read_json(out / "metrics.json"))
+
+
+def test_a_tracking_server_gone_after_the_evaluation_leaves_its_outputs_written(smoke_run, tmp_path):
+    """The runs are logged once the outputs are whole: a server that stopped answering failed the stage, and its
+    temporary folder took every record already evaluated with it."""
+    from centralrl.errors import TrackingError
+    from centralrl.services import free_port
+    from conftest import TOY, write_params
+    from stages import evaluate
+
+    folder, _, data = smoke_run
+    params = write_params(tmp_path, {"tracking": {"uri": f"http://127.0.0.1:{free_port()}"}, **TOY})  # no server
+    kept = "the evaluation is written and kept .*, only its MLflow runs are missing"
+    with pytest.raises(TrackingError, match=f"no MLflow server answers.*; {kept}"):
+        _evaluate_cell(folder, params, data, ("central",), "gone")
+    budgets = sorted(load_config(params).budgets)
+    assert sorted(read_json(folder / "gone" / "metrics.json")) == sorted(read_json(folder / "gone" / "movement.json"))
+    assert sorted(read_json(folder / "gone" / "metrics.json")) == budgets
+    questions = len(data["test"].read_text().splitlines())
+    for budget in budgets:
+        assert len((folder / "gone" / "eval" / budget / "records.jsonl").read_text().splitlines()) == questions
+    with pytest.raises(TrackingError, match=kept):
+        evaluate.main(
+            [
+                *("--params", str(params), "--reference", "base", "--backbone", "main"),
+                *(
+                    "--model",
+                    str(folder / "start"),
+                    "--index",
+                    str(folder / "index"),
+                    "--questions",
+                    str(data["test"]),
+                ),
+                *("--out", str(tmp_path / "eval"), "--metrics", str(tmp_path / "metrics.json")),
+            ]
+        )
+    assert len((tmp_path / "eval" / "records.jsonl").read_text().splitlines()) == questions
+    assert "f1" in json.dumps(read_json(tmp_path / "metrics.json"))

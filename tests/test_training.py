@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -127,6 +128,24 @@ def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_ru
         adapter_weights(paths["adapters"] / "one_step")["central"],
         adapter_weights(paths["adapters"] / "two_steps")["central"],
     )
+
+
+def test_a_tracking_store_that_fails_at_the_last_log_leaves_the_trained_outputs_written(smoke_run, tmp_path):
+    """The outputs are written before the run's last logs: an artifact store that could not take budgets.json
+    (here a file where its folder goes) failed the stage with the cuts saved in its state but none written out."""
+    folder, _, data = smoke_run
+    params = write_params(tmp_path, {"tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}, **TOY})
+    (tmp_path / "mlruns").write_text("not the artifacts folder")
+    with pytest.raises(NotADirectoryError, match="mlruns"):
+        train(folder, params, data, "central_only", "unlogged")
+    paths = _outputs(folder, "unlogged")
+    budgets = json.loads(paths["budgets"].read_text())
+    assert (
+        sorted(p.name for p in paths["adapters"].iterdir())
+        == sorted(budgets["cuts"])
+        == sorted(load_config(params).budgets)
+    )
+    assert json.loads(paths["metrics"].read_text())["steps"] == len(paths["history"].read_text().splitlines()) == 2
 
 
 class ScriptedSampler:

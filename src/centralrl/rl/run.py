@@ -362,15 +362,15 @@ def train_cell(
             log(f"pool: {chosen} ({trainer.pool_flops:.3g} FLOPs of rollouts to find)")
         run_steps(cfg, trainer, progress, state, key, phases, tracker, log, memo)
         summary = _summary(arm, seed, backbone, progress)
-        tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
-        if world.is_main:
+        if world.is_main:  # written before the last logs: a tracking store that fails there leaves them whole
             cell = {"arm": arm, "seed": seed, "backbone": backbone, "start": inputs[0]}
             budgets = budgets_document(cell, progress, state)
+            _write_outputs(progress, state, adapters_dir, history_path)
+            write_json(budgets_path, budgets)
+            write_json(metrics_path, summary)
+        tracker.log_metrics({f"total.{k}": v for k, v in _cumulative(progress).items()})
+        if world.is_main:
             tracker.log_text(pretty_json(budgets), "budgets.json")
-    if world.is_main:
-        _write_outputs(progress, state, adapters_dir, history_path)
-        write_json(budgets_path, budgets)
-        write_json(metrics_path, summary)
     cuts = ", ".join(
         f"{name} at step {cut['step']}{'' if cut['reached'] else ' (not reached: the last step)'}"
         for name, cut in sorted(progress.cuts.items())
