@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import REPO, write_params
 
 from centralrl.config import TrackingConfig
@@ -80,3 +81,32 @@ def test_a_relative_sqlite_store_is_the_dvc_repositorys_even_from_a_temporary_co
     (run,) = client.search_runs([client.get_experiment_by_name("queued").experiment_id])
     assert run.info.run_name == "train@joint-0-main"
     assert [p.read_text() for p in (repo / "mlruns").rglob("0.txt")] == ["a transcript"]
+
+
+def test_a_run_whose_server_stopped_is_closed_without_retrying_again(tmp_path, monkeypatch):
+    """The failed log's retries are the only ones: closing the run retried as long again (65 s in all with the
+    default retries, where about 30 s were said)."""
+    import mlflow
+
+    from centralrl import services
+    from centralrl.errors import TrackingError
+    from centralrl.tracking import MlflowTracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")  # 0 + 2 + 4 s of backoff per failed request
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    port = services.free_port()
+    server = services.start_mlflow(port, f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path)
+    try:
+        services.wait_healthy(server)
+        tracker = MlflowTracker(f"http://127.0.0.1:{port}", "gone")
+        with pytest.raises(TrackingError, match="stopped answering while the stage ran"):
+            with tracker.run("cell"):
+                tracker.log_metrics({"reward": 0.5}, step=1)
+                services.stop(server)
+                started = time.monotonic()
+                tracker.log_metrics({"reward": 0.6}, step=2)
+        assert time.monotonic() - started < 10  # one request's retries (6 s); 13.7 s when the close retried too
+        assert mlflow.active_run() is None
+    finally:
+        mlflow.set_tracking_uri(None)
+        services.stop(server)
