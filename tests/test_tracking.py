@@ -110,3 +110,48 @@ def test_a_run_whose_server_stopped_is_closed_without_retrying_again(tmp_path, m
     finally:
         mlflow.set_tracking_uri(None)
         services.stop(server)
+
+
+DVC_YAML = """
+stages:
+  prepare:
+    cmd: echo
+    outs: [data/train.jsonl]
+    metrics: [{metrics/data.json: {cache: false}}]
+  train:
+    matrix: {arm: [a, b]}
+    cmd: echo
+    outs:
+      - train/${item.arm}/adapters
+    metrics:
+      - metrics/train/${item.arm}.json:
+          cache: false
+  compare:
+    cmd: echo
+    outs: [{report: {cache: false}}]
+"""
+
+
+def test_the_git_commit_is_dirty_for_a_changed_source_not_for_the_pipelines_outputs(tmp_path, monkeypatch):
+    """`dvc repro` rewrites dvc.lock and the git-tracked metrics and report as the stages finish: every run's
+    `git_commit` read '<sha>-dirty', a changed source included or not."""
+    from centralrl.config import load_config
+    from centralrl.tracking import cell_tags
+
+    cfg = load_config(write_params(tmp_path / "params"))
+    repo = tmp_path / "repo"
+    files = ["dvc.yaml", "dvc.lock", "src.py", "metrics/data.json", "metrics/train/a.json", "report/report.md"]
+    for name in files:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(DVC_YAML if name == "dvc.yaml" else "before\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(repo)
+
+    for name in files[1:]:
+        (repo / name).write_text("after\n")
+        assert cell_tags(cfg)["git_commit"] == (f"{head}-dirty" if name == "src.py" else head), name
+        subprocess.run([*git, "checkout", "-q", "--", name], check=True)

@@ -30,6 +30,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import yaml
+
 from centralrl.errors import TrackingError
 from centralrl.hardware import hardware_tags
 from centralrl.redact import redact
@@ -63,11 +65,33 @@ def experiment_key(cfg: Config) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _dvc_outputs(dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
+    """What `dvc repro` rewrites while the stages run: dvc.lock and every stage's outs, metrics and plots in
+    `dvc_yaml`, each cut before its first templated part (`train/${item.backbone}/...` is `train`)."""
+    stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"] if dvc_yaml.is_file() else {}
+    paths = {"dvc.lock"}
+    for stage in stages.values():
+        stage = stage.get("do", stage)  # a foreach stage's body
+        for entry in (entry for kind in ("outs", "metrics", "plots") for entry in stage.get(kind, [])):
+            path = next(iter(entry)) if isinstance(entry, dict) else entry  # `- path: {cache: false}` or `- path`
+            fixed, templated, _ = path.partition("${")
+            fixed = fixed.rpartition("/")[0] if templated else fixed
+            if fixed:
+                paths.add(fixed)
+    return sorted(paths)
+
+
 def _git_commit() -> str:
+    """HEAD, with `-dirty` when a tracked file differs from it, the pipeline's own outputs aside (`_dvc_outputs`:
+    a stage run by `dvc repro` finds dvc.lock and the metrics of the stages before it rewritten)."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        outputs = [f":(exclude){path}" for path in _dvc_outputs()]
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *outputs],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
