@@ -245,7 +245,10 @@ def _assert_one_parent_run(store: Path) -> None:
         for r in children
     }
     assert ("evaluate", "joint", "0", "equal_tokens") in cells and ("train", "central_only", "0", None) in cells
-    assert all(r.data.tags["git_commit"] and r.data.tags["dvc_lock_sha256"] for r in children)
+    assert all(r.data.tags["git_commit"] for r in children)
+    assert all(r.data.tags["dvc_stage"].startswith(r.data.tags["stage"]) for r in children)  # train@..., compare
+    hashes = {r.data.tags["dvc_deps_sha256"] for r in children if r.data.tags["dvc_stage"] == "evaluate@joint-0-main"}
+    assert len(hashes) == 1 and len(hashes.pop()) == 64  # every cut a stage evaluated: the same deps
     assert {r.data.tags["cpu_bf16"] for r in children} <= {"yes", "no"}
     assert all(r.data.tags["cpu_capability"] and r.data.tags["torch"] == torch.__version__ for r in children)
 

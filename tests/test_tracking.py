@@ -4,6 +4,7 @@ DVC repository's, even when DVC runs the stages in a temporary copy."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -155,3 +156,37 @@ def test_the_git_commit_is_dirty_for_a_changed_source_not_for_the_pipelines_outp
         (repo / name).write_text("after\n")
         assert cell_tags(cfg)["git_commit"] == (f"{head}-dirty" if name == "src.py" else head), name
         subprocess.run([*git, "checkout", "-q", "--", name], check=True)
+
+
+def test_a_runs_dvc_tag_is_the_hash_of_its_stages_deps_not_of_dvc_lock(tmp_path, monkeypatch):
+    """dvc.lock's hash was the tag: `dvc repro` rewrites the lock as each stage finishes, so the runs of one
+    experiment had 16 hashes in 22 runs. The hash of the stage's deps changes with them and nothing else."""
+    from dvc.repo import Repo
+
+    from centralrl.config import load_config
+    from centralrl.tracking import cell_tags
+
+    cfg = load_config(write_params(tmp_path / "params"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    Repo.init(str(repo), no_scm=True).close()
+    stage = {"cmd": "echo", "deps": ["src.py", "data.txt"], "params": ["a"], "outs": ["out.txt"]}
+    (repo / "dvc.yaml").write_text(json.dumps({"stages": {"train": stage}}))
+    for name, text in {"src.py": "code", "data.txt": "data", "params.yaml": "a: 1\nb: 1\n", "out.txt": "out"}.items():
+        (repo / name).write_text(text)
+    monkeypatch.chdir(repo)
+    assert (cell_tags(cfg)["dvc_stage"], cell_tags(cfg)["dvc_deps_sha256"]) == ("none", "none")  # not under DVC
+
+    monkeypatch.setenv("DVC_STAGE", "train")
+    with Repo(str(repo)) as running, running.lock:  # `dvc repro` holds the project's lock while its stages run
+        tags = cell_tags(cfg)
+    assert tags["dvc_stage"] == "train" and len(tags["dvc_deps_sha256"]) == 64 and "dvc_lock_sha256" not in tags
+    (repo / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")  # what the run writes: the same stage ran
+    (repo / "out.txt").write_text("another out")
+    (repo / "params.yaml").write_text("a: 1\nb: 2\n")  # a param the stage does not read
+    assert cell_tags(cfg)["dvc_deps_sha256"] == tags["dvc_deps_sha256"]
+    hashes = {tags["dvc_deps_sha256"]}
+    for name, text in {"params.yaml": "a: 2\nb: 2\n", "data.txt": "other data", "src.py": "other code"}.items():
+        (repo / name).write_text(text)
+        hashes.add(cell_tags(cfg)["dvc_deps_sha256"])
+    assert len(hashes) == 4

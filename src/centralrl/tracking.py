@@ -4,8 +4,8 @@ that do not look at tracking (those that do use a temporary sqlite store).
 Every cell of the matrix (a train or evaluate stage of one arm, seed, backbone) is its own MLflow run, a child
 of one parent run per experiment. Stages run in separate processes, so the parent is found by a tag (the hash
 of the resolved params: same params, same parent) and created by the first stage that needs it. Children carry
-the tags MLflow's compare view lines up on: arm, seed, backbone, budget, git commit and the dvc.lock hash, and
-the hardware the numbers depend on (`hardware.hardware_tags`).
+the tags MLflow's compare view lines up on: arm, seed, backbone (and an evaluate run's budget), git commit, the
+DVC stage and a hash of its deps (`cell_tags`), and the hardware the numbers depend on (`hardware.hardware_tags`).
 Stages that start at once on one machine (cells run side by side by hand, or by several Prefect workers) would
 race on a local sqlite store's first steps: creating its schema (MLflow's migrations fail with "table
 alembic_version already exists"), the experiment, and the parent run (two parents). Those steps run under an
@@ -98,15 +98,28 @@ def _git_commit() -> str:
     return f"{head}-dirty" if dirty else head
 
 
+def _dvc_deps_sha256(stage: str) -> str:
+    """A hash of what the DVC stage `stage` depends on, each dep as DVC hashes it for dvc.lock (the md5 of a file
+    or folder, the values of the params it reads): the same code, inputs and params, the same hash. Not dvc.lock
+    itself: `dvc repro` rewrites it as each stage finishes, so one experiment's runs had 16 hashes in 22 runs."""
+    from dvc.repo import Repo
+
+    with Repo(config={"core": {"no_scm": True}}) as repo:  # the project this process runs in; no git needed
+        (found,) = repo.stage.collect(stage)
+        deps = {dep.def_path: dep.get_hash().to_dict() for dep in found.deps}
+    return hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()
+
+
 def cell_tags(cfg: Config, **cell: Any) -> dict[str, str]:
-    """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, dvc.lock hash,
-    hardware."""
-    lock = Path("dvc.lock")
+    """Tags of one cell's run: the cell (arm, seed, backbone, budget, ...), profile, git commit, the DVC stage
+    running it (`$DVC_STAGE`, "none" for a stage run by hand) and the hash of its deps, hardware."""
+    stage = os.environ.get("DVC_STAGE")
     return {
         **{k: str(v) for k, v in cell.items()},
         "profile": cfg.profile,
         "git_commit": _git_commit(),
-        "dvc_lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else "none",
+        "dvc_stage": stage or "none",
+        "dvc_deps_sha256": _dvc_deps_sha256(stage) if stage else "none",
         **hardware_tags(),
     }
 
