@@ -110,6 +110,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
         missing = [key for key in HISTORY_KEYS if key not in row]
         if missing:
             raise _damaged(checkpoint, f"history.jsonl:{number} has no {', '.join(missing)}")
+    cuts = checkpoint.parent / "cuts"
+    lost = [name for name in progress.cuts if not (cuts / name).is_dir()]
+    if lost:  # its outputs would be hashed as an empty folder, then fail to copy after the whole run
+        raise _damaged(checkpoint, f"it cut {', '.join(lost)}, but {cuts} has no such folder")
     return progress
 
 
