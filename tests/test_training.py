@@ -348,6 +348,8 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
         "history": (lambda s: (s / "history.jsonl").write_text('{"step": 1}\n'), "history.jsonl:1 has no skipped"),
         "nan": (lambda s: poison_adapter(s / "adapters" / "central"), r"adapter central: .*lora_.* non-finite"),
+        # the copy holds the step, not the cuts beside it: the run would end hashing them as empty folders
+        "cuts": (lambda s: None, r"it cut .*two_steps, but .*cuts has no such folder"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
     for name, (damage, says) in damages.items():
@@ -372,6 +374,26 @@ def test_spending_sums_what_the_budgets_are_stated_in():
     ]
     # tokens 10 + 5 + 7 = 22; FLOPs (100 + 300) + (50 + 150) = 600
     assert spending(history, 12.5) == {"steps": 2.0, "trained_tokens": 22.0, "flops": 600.0, "wall_seconds": 12.5}
+
+
+def test_the_run_ends_where_its_horizon_or_its_last_budget_cut_is_and_is_scored_there():
+    """A run stops once every budget is cut, which can be before `train.grpo.steps`: that step is its last, so the
+    dev curve must end there (it was scored only every `train.dev.every` steps and at the horizon)."""
+    from centralrl.config import Config
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.run import ends_run
+
+    cfg = Config.model_validate(
+        {"budgets": {"four": {"steps": 4}, "tokens": {"trained_tokens": 30}}, "train": {"grpo": {"steps": 6}}}
+    )
+    row = {"skipped": 0.0, "trained_tokens.central": 10.0, "flops.generation": 1.0, "flops.update": 1.0}
+    progress = Progress([row] * 2)
+    assert not ends_run(cfg, progress, row, 1.0, 3)  # 3 steps, 30 tokens: "four" not yet reached
+    assert not ends_run(cfg, progress, {**row, "skipped": 1.0}, 1.0, 3)
+    progress.cuts["tokens"] = {}
+    assert ends_run(cfg, Progress([row] * 3, cuts=progress.cuts), row, 1.0, 4)  # the 4th trained step
+    assert ends_run(cfg, Progress([row] * 3), row, 1.0, 4)  # both reached at this step: both cut now
+    assert ends_run(cfg, Progress([row]), {**row, "skipped": 1.0}, 1.0, 6)  # the horizon
 
 
 def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):

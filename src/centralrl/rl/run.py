@@ -72,12 +72,18 @@ def fingerprint(cfg: Config, arm: str, seed: int, backbone: str, inputs: list[st
         "arm": cfg.arm(arm).model_dump(),
         "seed": seed,
         "model": cfg.backbone(backbone).model_dump(),
-        "top_k": cfg.retrieval.top_k,
+        "search": search_settings(cfg),
         "inputs": inputs,
         "code": code,
         "machine": hardware_tags(),
     }
     return _sha256(shaping)
+
+
+def search_settings(cfg: Config) -> dict:
+    """The retrieval params that change what a search returns from a built index (the others change the index,
+    an input): top_k and the dense, hybrid and Elasticsearch query settings (dvc.yaml lists the same)."""
+    return cfg.retrieval.model_dump(include={"top_k", "dense", "hybrid", "elasticsearch"})
 
 
 def start_scores_key(cfg: Config, backbone: str, topology: str, inputs: list[str], code: str) -> str:
@@ -107,8 +113,9 @@ def input_hashes(paths: Sequence[Path]) -> list[str]:
 
 
 def spending(history: Sequence[dict], wall_seconds: float) -> dict[str, float]:
-    """What a run has spent after the steps in `history`, in every unit a budget can be stated in. Steps are
-    optimizer steps: a skipped step (no group had signal) spent its rollout's FLOPs and time but trained nothing."""
+    """What a run has spent after the steps in `history`, in every unit a budget can be stated in. Steps are those
+    that trained (an update of `updates_per_rollout` optimizer steps): a skipped step (no group had signal) spent
+    its rollout's FLOPs and time but trained nothing."""
     return {
         "steps": float(sum(not row["skipped"] for row in history)),
         "trained_tokens": sum(v for row in history for k, v in row.items() if k.startswith("trained_tokens.")),
@@ -169,6 +176,15 @@ class Phases:
 
 
 PLAIN = Phases()
+
+
+def ends_run(cfg: Config, progress: Progress, metrics: dict[str, float], seconds: float, step: int) -> bool:
+    """Whether the step that logged `metrics` in `seconds` is the run's last: the horizon, or every budget cut once
+    its spending counts (the dev split is scored there too, so the curve ends where the run does)."""
+    if step == cfg.train.grpo.steps:
+        return True
+    spent = spending([*progress.history, metrics], progress.wall_seconds + seconds)
+    return all(name in progress.cuts or budget.reached(spent) for name, budget in cfg.budgets.items())
 
 
 def cut_reached_budgets(cfg: Config, trainer: Trainer, progress: Progress, state_dir: Path, final: bool) -> None:
@@ -270,14 +286,15 @@ def run_steps(
         if not progress.history and trainer.pool_flops:  # the first step pays for choosing the pool
             metrics |= {"flops.pool": trainer.pool_flops}
             metrics["flops.generation"] += trainer.pool_flops
-        seconds = time.perf_counter() - started  # scoring the dev split is not training: no budget pays for it
-        if trainer.step % cfg.train.dev.every == 0 or trainer.step == cfg.train.grpo.steps:
+        # scoring the dev split is not training: no budget pays for it; every process must see the same clock, or
+        # a wall_seconds budget would cut them at different steps
+        seconds = trainer.world.slowest(time.perf_counter() - started)
+        if trainer.step % cfg.train.dev.every == 0 or ends_run(cfg, progress, metrics, seconds, trainer.step):
             metrics |= score_dev(trainer)
         progress.history.append({"step": trainer.step, **metrics, **{f"{k}@start": v for k, v in start.items()}})
         progress.history[-1]["spent.flops"] = spending(progress.history, 0.0)["flops"]  # the dev curve's x
         start = {}
-        # every process must see the same clock, or a wall_seconds budget would cut them at different steps
-        timing = step_timing(trainer, trainer.world.slowest(seconds))
+        timing = step_timing(trainer, seconds)
         progress.wall_seconds += timing["step_seconds"]
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
         if log:
