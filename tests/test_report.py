@@ -1,4 +1,4 @@
-"""The report's tables say what their numbers are: the optimizer steps each cut held, the verdict's MDE in the
+"""The report's tables say what their numbers are: the trained steps each cut held, the verdict's MDE in the
 order its header names, its units and n, and how the movement table folds the seeds."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_the_spending_table_shows_the_optimizer_steps_a_cut_held():
     cell = {"step": 8, "reached": False, "spent": spent}
     result = {"backbones": {"main": {"budgets": {"equal_steps": {"arms": {"joint": {"seeds": {"0": cell}}}}}}}}
     table = "\n".join(spending_section(result))
-    assert "| cut at step | optimizer steps | budget reached |" in table
+    assert "| cut at step | trained steps | budget reached |" in table
     assert "| main | equal_steps | joint | 0 | 8 | 7 | no | 80 | 2.4e+10 |" in table
 
 

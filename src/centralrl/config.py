@@ -614,7 +614,7 @@ class BudgetConfig(Section):
     depend on the machine, so a run cut by it is not byte-reproducible.
     """
 
-    steps: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1, description="steps that trained: a skipped step does not count")
     trained_tokens: int | None = Field(None, ge=1)
     flops: float | None = Field(None, gt=0)
     wall_seconds: float | None = Field(None, gt=0)
@@ -656,11 +656,11 @@ class GrpoConfig(Section):
     """GRPO as design.md states it; defaults fit the CPU profile, the paper profiles override them."""
 
     steps: int = Field(
-        8,
+        10,
         ge=1,
-        description="the most rollout batches a run takes, each followed by one optimizer step unless no group "
-        "had reward variance (then skipped); the horizon of the lr schedule; a run stops earlier once every "
-        "budget is reached",
+        description="the most rollout batches a run takes, each followed by an update unless no group had reward "
+        "variance (then skipped, and not a step of a steps budget); the horizon of the lr schedule; a run stops "
+        "earlier once every budget is reached",
     )
     questions_per_step: int = Field(4, ge=1)
     pool: int = Field(

@@ -211,11 +211,11 @@ def spending_section(result: dict) -> list[str]:
         "## What each arm spent",
         "",
         "Training cut at the first step whose spending reached the budget "
-        "(FLOPs: the estimate of `centralrl.compute`, rollout generation plus update). Optimizer steps: the steps up "
-        "to the cut that updated the policy; a step whose groups all had equal rewards gives GRPO nothing to learn "
-        "and is skipped, so a cut at step 8 may hold fewer than 8 updates.",
+        "(FLOPs: the estimate of `centralrl.compute`, rollout generation plus update). Trained steps: the steps up "
+        "to the cut that updated the policy (what a `steps` budget counts); a step whose groups all had equal rewards "
+        "gives GRPO nothing to learn and is skipped, so a cut at step 9 may hold 8 updates.",
         "",
-        "| backbone | budget | arm | seed | cut at step | optimizer steps | budget reached | trained tokens "
+        "| backbone | budget | arm | seed | cut at step | trained steps | budget reached | trained tokens "
         "| training FLOPs |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
