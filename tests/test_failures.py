@@ -301,8 +301,8 @@ def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_
     with pytest.raises(DataError, match=r"b\.json: budget 'equal_tokens' has no cut step .*'two'"):
         cuts({"cell": cell, "cuts": good | {"equal_tokens": tokens | {"step": "two"}}})
     # each was evaluated and reported as the cut it named (a step the run never took, another budget's cut)
-    with pytest.raises(DataError, match=r"budget 'equal_steps' has no cut step \(a whole number from 1 to .*, 8\)"):
-        cuts({"cell": cell, "cuts": good | {"equal_steps": steps | {"step": 9}}})
+    with pytest.raises(DataError, match=r"budget 'equal_steps' has no cut step \(a whole number from 1 to .*, 10\)"):
+        cuts({"cell": cell, "cuts": good | {"equal_steps": steps | {"step": 11}}})
     with pytest.raises(DataError, match=r"'equal_steps' was cut for \{'steps': 5\}, but params define it as \{'s"):
         cuts({"cell": cell, "cuts": good | {"equal_steps": steps | {"budget": {"steps": 5}}}})
 
