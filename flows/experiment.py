@@ -15,6 +15,7 @@ training even if it is stale (`dvc status` still says so afterwards).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from centralrl.dvc_runs import EVALUATION_STAGES, check_profile, dvc_command, dvc_env, read_params, stream
 from centralrl.errors import CentralRLError, RunError
 from centralrl.processes import exit_with
-from centralrl.services import quiet_known_errors_in_prefect_logs
+from centralrl.services import check_prefect_api, quiet_known_errors_in_prefect_logs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         command(str(REPO), args.profile, args.arms, args.seeds, args.targets, args.dry)  # before any Prefect server
+        if os.environ.get("PREFECT_API_URL"):  # a server that is down: one line, not Prefect's 112-line traceback
+            check_prefect_api(os.environ["PREFECT_API_URL"])
         experiment(args.profile, args.arms, args.seeds, args.targets, args.dry)
     except CentralRLError as error:
         print(f"experiment: error: {error}", file=sys.stderr)

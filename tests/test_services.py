@@ -153,6 +153,20 @@ def test_the_experiment_script_parses_its_arguments_and_names_a_bad_one(prefect_
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
+def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
+    """A stale PREFECT_API_URL was a 112-line traceback from Prefect's client."""
+    url = f"http://127.0.0.1:{services.free_port()}/api"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "flows" / "experiment.py"), "--dry", "--targets", "prepare_data"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PREFECT_API_URL": url},
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stderr.startswith(f"experiment: error: PREFECT_API_URL={url}: no Prefect")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
 @pytest.mark.parametrize(
     "flow, stage", [("indexing", "build_index"), ("training", "train"), ("evaluation", "evaluate")]
 )

@@ -484,7 +484,7 @@ def check_prefect_api(url: str, timeout: float = 5.0) -> None:
     if reason is not None:
         raise ServiceError(
             f"PREFECT_API_URL={redact(url)}: no Prefect server answers ({reason}); start it (make ui), or unset "
-            "PREFECT_API_URL and the stage starts a server of its own"
+            "PREFECT_API_URL and a temporary server of its own is started"
         )
 
 
