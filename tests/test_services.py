@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -206,6 +207,31 @@ def test_stream_returns_the_exit_code_and_last_lines(tmp_path):
     code, tail = dvc_runs.stream([sys.executable, "-c", script], tmp_path, lines.append)
     assert code == 3 and lines == [str(i) for i in range(60)]
     assert tail == [str(i) for i in range(60 - dvc_runs.TAIL_LINES, 60)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_flow_takes_its_dvc_down():
+    """dvc ran in a session of its own: a flow run SIGKILLed (Prefect's cancel, 30 s after SIGTERM) left `dvc
+    repro` running and holding the repo's lock. The interrupt's grace ends before that SIGKILL."""
+    assert dvc_runs.INTERRUPT_GRACE + 5 < 30
+    child = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+    flow = f"import sys; from centralrl.dvc_runs import stream; stream([sys.executable, '-c', {child!r}], '.', print)"
+    with subprocess.Popen([sys.executable, "-c", flow], stdout=subprocess.PIPE, text=True) as parent:
+        pid = int(parent.stdout.readline())
+        parent.kill()
+    deadline = time.monotonic() + 10
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if running(pid):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the child outlived its SIGKILLed starter")
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 # ---- services: start-up errors -----------------------------------------------------------------------------

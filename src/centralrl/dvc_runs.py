@@ -24,10 +24,14 @@ from pathlib import Path
 import yaml
 
 from centralrl.errors import ConfigError
+from centralrl.processes import tied_to_this_process
 
 ARM_STAGES = ("train", "evaluate")  # matrix stages over arms x seeds x backbones: <stage>@<arm>-<seed>-<backbone>
 EVALUATION_STAGES = ("evaluate", "evaluate_reference", "compare")
 TAIL_LINES = 40  # the output lines a failed run's error message carries
+# seconds from SIGINT to SIGKILL of an interrupted dvc: a stage ends itself 20 s after a signal
+# (`terminate_as_interrupt`), and Prefect SIGKILLs a cancelled flow run 30 s after its SIGTERM
+INTERRUPT_GRACE = 22.0
 
 
 def read_params(repo: str | Path) -> dict:
@@ -148,7 +152,9 @@ def dvc_env() -> dict[str, str]:
 def stream(argv: list[str], cwd: str | Path, log, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
     """Run argv in cwd, pass every output line to `log`; return the exit code and the last lines. The child
     leads its own process group; if we are interrupted (Ctrl-C, a cancelled flow run), the group gets SIGINT as
-    from a terminal (DVC stops the stage; training resumes from its saved state next time), then SIGKILL."""
+    from a terminal (DVC stops the stage; training resumes from its saved state next time), then SIGKILL after
+    INTERRUPT_GRACE seconds. If we die without unwinding (SIGKILL), Linux SIGKILLs the child
+    (`tied_to_this_process`), whose stage then stops with it: no `dvc repro` left holding the repo's lock."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     process = subprocess.Popen(
         argv,
@@ -160,6 +166,7 @@ def stream(argv: list[str], cwd: str | Path, log, env: dict[str, str] | None = N
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=tied_to_this_process(),
     )
     try:
         for line in process.stdout:
@@ -173,8 +180,8 @@ def stream(argv: list[str], cwd: str | Path, log, env: dict[str, str] | None = N
             _interrupt(process)
 
 
-def _interrupt(process: subprocess.Popen, grace: float = 60.0) -> None:
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
+def _interrupt(process: subprocess.Popen, grace: float = INTERRUPT_GRACE) -> None:
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(process.pid, sig)
             process.wait(wait)
