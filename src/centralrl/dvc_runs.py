@@ -125,6 +125,9 @@ def dvc_command(
     >>> dvc_command({"profile": "default", "seeds": [0]}, "smoke", None, None, ["compare"], True)
     ['exp', 'run', '-S', 'profile=smoke', '--dry', 'compare']
     """
+    for seed in seeds or ():  # a deployment's parameter: -1 or true was written into params.yaml by `exp run -S`
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"seeds: {seed!r} is not a seed; a seed is a whole number >= 0")
     for name, chosen in (("arms", arms), ("seeds", seeds), ("targets", targets)):
         if chosen is not None and not chosen:
             raise ConfigError(f"{name}: an empty list selects nothing; name at least one, or leave {name} out for all")
