@@ -4,7 +4,9 @@ The DVC stage `build_index` runs this flow, so `dvc repro` decides staleness and
 Besides the configured backend, every backend in `retrieval.compare_backends` is built in memory (each base
 backend once: a hybrid reuses the bm25s and dense indexes) and scored on the same questions; only the
 configured one is saved. Only the build task retries (it is the one that talks to Elasticsearch when that
-backend is among them).
+backend is among them). No task caches its result (a cluster's retriever cannot be pickled for the cache key:
+an ERROR and its traceback in the log), and the big arguments (the corpus, the questions, the retrievers) are
+`quote`d, so Prefect does not walk them looking for futures (4.9 s for 200,000 passages here).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 from pathlib import Path
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
 
 from centralrl.config import RetrievalConfig, load_config
 from centralrl.errors import DataError, ServiceUnavailable
@@ -39,7 +43,7 @@ def backends_to_measure(cfg: RetrievalConfig) -> list[str]:
     return list(dict.fromkeys([cfg.backend, *cfg.compare_backends]))
 
 
-@task
+@task(cache_policy=NO_CACHE)
 def load_corpus(path: str) -> list[Passage]:
     return read_passages(path)
 
@@ -49,18 +53,18 @@ def _server_was_down(task, task_run, state) -> bool:
     return isinstance(state.result(raise_on_failure=False), ServiceUnavailable)
 
 
-@task(retries=2, retry_delay_seconds=10, retry_condition_fn=_server_was_down)
+@task(retries=2, retry_delay_seconds=10, retry_condition_fn=_server_was_down, cache_policy=NO_CACHE)
 def build(passages: list[Passage], cfg: RetrievalConfig) -> dict[str, Retriever]:
     return build_retrievers(passages, cfg, backends_to_measure(cfg))
 
 
-@task
+@task(cache_policy=NO_CACHE)
 def save(index: Retriever, cfg: RetrievalConfig, passages: int, directory: str) -> None:
     with atomic_directory(directory) as tmp:
         save_index(index, cfg, passages, tmp)
 
 
-@task
+@task(cache_policy=NO_CACHE)
 def report(
     retrievers: dict[str, Retriever], cfg: RetrievalConfig, questions: dict[str, list[Question]], metrics_path: str
 ) -> dict:
@@ -95,9 +99,9 @@ def indexing_flow(
     check_ks(cfg.recall_ks, len(passages), corpus_path)
     for path in question_files:
         check_supporting_ids(questions[Path(path).stem], passages, f"{path} (corpus {corpus_path})")
-    retrievers = build(passages, cfg)
-    save(retrievers[cfg.backend], cfg, len(passages), index_dir)
-    return report(retrievers, cfg, questions, metrics_path)
+    retrievers = build(quote(passages), cfg)
+    save(quote(retrievers[cfg.backend]), cfg, len(passages), index_dir)
+    return report(quote(retrievers), cfg, quote(questions), metrics_path)
 
 
 if __name__ == "__main__":  # a module of the flow its stage runs; run as a script it did nothing, silently

@@ -20,6 +20,8 @@ from centralrl.retrieval.elastic import ElasticsearchIndex
 from centralrl.schema import Passage
 from tests.fake_elasticsearch import FakeElasticsearch
 
+from conftest import write_params
+
 WORDS = [
     "amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "iris", "jasper",
     "kelp", "lagoon", "meadow", "nectar", "onyx", "prairie", "quartz", "reef", "sierra", "tundra",
@@ -282,3 +284,19 @@ def test_the_double_rejects_unknown_routes(fake: FakeElasticsearch) -> None:
         index.client.perform_request("GET", "/_nodes/stats")
     assert caught.value.meta.status == 400
     assert "no handler found for uri [/_nodes/stats]" in json.dumps(caught.value.body)
+
+
+def test_the_index_flow_hashes_no_task_inputs(fake: FakeElasticsearch, prefect_server, tmp_path, capfd) -> None:
+    """Prefect's default cache policy hashed every task's inputs: the cluster's retriever cannot be pickled (an
+    ERROR and a 30-line traceback in the flow's log), and hashing a big corpus took seconds."""
+    from flows.indexing import indexing_flow
+    from stages import prepare_data
+
+    es = {"url": fake.url, "index": "flow-corpus", "max_retries": 0}
+    params = write_params(tmp_path, {"retrieval": {"backend": "elasticsearch", "elasticsearch": es}})
+    data = {name: tmp_path / f"{name}.jsonl" for name in ("train", "test", "corpus")}
+    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={tmp_path}/d"])
+    index, recall = str(tmp_path / "index"), str(tmp_path / "recall.json")
+    metrics = indexing_flow(str(params), str(data["corpus"]), [str(data["test"])], index, recall)
+    assert "recall@1" in metrics["test"]["synth-1hop"]
+    assert "cache key" not in capfd.readouterr().err
