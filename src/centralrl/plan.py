@@ -6,7 +6,8 @@ The plan is read from the resolved config (params.yaml, its profile overlay, the
 as in `load_config`): the profile; every DVC stage as dvc.yaml (beside the params file) expands its `foreach`
 and `matrix` entries, arms x seeds x backbones and references x backbones, named as `dvc stage list` names
 them (`train@central_only-0-main`), computed here without DVC; each backbone's model; every question source;
-the corpus files; the retriever; the training, generation and comparison budgets; the tracking URI; the device,
+the corpus files; the retriever the harness searches and those build_index also measures, with their
+settings; the training, generation and comparison budgets; the tracking URI; the device,
 the generation engine and the number of training processes.
 Which stages are stale (and so would actually run) is `dvc status`'s business, not this module's.
 
@@ -176,12 +177,41 @@ def _model_lines(cfg: Config) -> list[str]:
     return lines
 
 
-def _retriever_line(cfg: Config) -> str:
+def _backend_text(cfg: Config, backend: str) -> str:
+    """What build_index builds for `backend`, with the settings that make it."""
     r = cfg.retrieval
-    bm25 = f"BM25 k1 {r.k1} b {r.b}, stemming {str(r.stemming).lower()}, top_k {r.top_k}"
-    if r.backend == "elasticsearch":
-        return f"  elasticsearch at {r.elasticsearch.url}, index {r.elasticsearch.index} ({bm25})"
-    return f"  bm25s in index/ ({bm25}, scorer {r.bm25s_backend})"
+    bm25 = f"BM25 k1 {r.k1} b {r.b}, stemming {str(r.stemming).lower()}"
+    if backend == "bm25s":
+        return f"bm25s ({bm25}, scorer {r.bm25s_backend})"
+    if backend == "elasticsearch":
+        return f"elasticsearch at {r.elasticsearch.url}, index {r.elasticsearch.index} ({bm25})"
+    if backend == "dense":
+        d = r.dense
+        kind = {
+            "flat": "flat: exact",
+            "ivf": f"ivf: {d.ivf_lists} lists, {d.ivf_probe} probed",
+            "hnsw": f"hnsw: m {d.hnsw_m}, ef_search {d.hnsw_ef_search}",
+        }[d.index]
+        pinned = f" (revision {d.revision})" if d.revision else ""
+        return f"dense (encoder {d.encoder}{pinned}, {d.pooling} pooling; faiss {kind})"
+    h = r.hybrid
+    fused = ", ".join(f"{name} weight {weight:g}" for name, weight in zip(h.backends, h.weights))
+    return f"hybrid (reciprocal rank fusion, rrf_k {h.rrf_k}, of the top {h.candidates} of {fused})"
+
+
+def _retriever_lines(cfg: Config) -> list[str]:
+    """The backend the harness searches (saved in index/), then the others build_index builds: those whose
+    recall it compares, and what a hybrid among them fuses."""
+    r = cfg.retrieval
+    compared = [name for name in r.compare_backends if name != r.backend]
+    fused = r.hybrid.backends if "hybrid" in (r.backend, *compared) else []
+    lines = [f"  searched (index/): {_backend_text(cfg, r.backend)}, top_k {r.top_k}"]
+    if compared:
+        lines.append(f"  also measured by build_index (recall@k; built in memory, not saved): {', '.join(compared)}")
+    others = dict.fromkeys(name for name in [*compared, *fused] if name != r.backend)
+    return lines + [
+        f"    {_backend_text(cfg, name)}" + ("" if name in compared else ", fused by hybrid") for name in others
+    ]
 
 
 def _budget_lines(cfg: Config) -> list[str]:
@@ -192,7 +222,10 @@ def _budget_lines(cfg: Config) -> list[str]:
         f"  grpo: at most {g.steps} steps x {g.questions_per_step} questions x group {g.group_size} "
         f"= {g.questions_per_step * g.group_size} episodes/step; lr {g.learning_rate:g} ({g.lr_schedule}), "
         f"kl {g.kl_coef:g}, micro batch {g.micro_batch_size}, reward {cfg.train.reward.metric}",
-        *(f"  cut {name}: {budget.kind} {budget.limit:g}" for name, budget in cfg.budgets.items()),
+        *(
+            f"  comparison budget {name}: every run cut at {budget.kind} {budget.limit:g}"
+            for name, budget in cfg.budgets.items()
+        ),
         f"  harness: {h.max_turns} turns; new tokens per call: {tokens}; generation batch {h.batch_size}; "
         f"passage chars {h.passage_chars}",
         f"  evaluate: {cfg.evaluate.chunk_size} questions per chunk",
@@ -257,7 +290,7 @@ def plan_lines(cfg: Config, base: Path = Path(".")) -> list[str]:
             "corpus files:",
             *(corpus or ["  none (only the passages question sources carry)"]),
             "retriever:",
-            _retriever_line(cfg),
+            *_retriever_lines(cfg),
             "budgets:",
             *_budget_lines(cfg),
             f"stages ({len(stages)}, as dvc.yaml expands them; `dvc status` says which are stale):"
