@@ -63,6 +63,11 @@ def run_dvc(repo: str, argv: list[str]) -> list[str]:
 def _hint(argv: list[str], tail: list[str]) -> str:
     """What a dry run's failure means when DVC's dry run met a stage whose inputs are not made yet."""
     if "--dry" in argv and any("failed to reproduce" in line and "No such file" in line for line in tail):
+        if "--single-item" in argv and "repro" in argv:  # evaluation in the workspace: a real run fails the same
+            return (
+                "\nevaluation reproduces nothing upstream (--single-item), so an input missing here is missing "
+                "for a real run too: make it first with the experiment flow (train, or the stage that writes it)"
+            )
         return (
             "\nDVC's dry run reads the inputs of every stage it would run, so it fails where an upstream stage's "
             "outputs do not exist yet (DVC issue #9021; always so for `exp run`, which runs in a copy without "

@@ -191,6 +191,10 @@ def test_a_dry_run_that_met_missing_inputs_says_why():
     failed = ["ERROR: failed to reproduce 'build_index': [Errno 2] No such file or directory: 'data/corpus.jsonl'"]
     assert "DVC issue #9021" in _hint(["python", "-m", "dvc", "exp", "run", "--dry"], failed)
     assert _hint(["python", "-m", "dvc", "repro"], failed) == ""  # a real run that failed: its own lines say why
+    alone = _hint(["python", "-m", "dvc", "repro", "--single-item", "--dry"], failed)  # the evaluation flow
+    assert "DVC issue #9021" not in alone and "missing for a real run too: make it first" in alone
+    copied = _hint(["python", "-m", "dvc", "exp", "run", "-S", "profile=smoke", "--single-item", "--dry"], failed)
+    assert "DVC issue #9021" in copied  # `exp run` dry-runs in a copy of the workspace without the outputs
 
 
 def test_arm_targets_are_stages_of_the_real_dvc_yaml(tmp_path):
