@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import threading
 import time
+from importlib.metadata import version
 
 import pytest
 from elasticsearch import BadRequestError
@@ -20,7 +22,7 @@ from centralrl.retrieval.elastic import ElasticsearchIndex
 from centralrl.schema import Passage
 from tests.fake_elasticsearch import FakeElasticsearch
 
-from conftest import write_params
+from conftest import REPO, write_params
 
 WORDS = [
     "amber", "basalt", "cobalt", "dune", "ember", "fjord", "glacier", "harbor", "iris", "jasper",
@@ -300,3 +302,15 @@ def test_the_index_flow_hashes_no_task_inputs(fake: FakeElasticsearch, prefect_s
     metrics = indexing_flow(str(params), str(data["corpus"]), [str(data["test"])], index, recall)
     assert "recall@1" in metrics["test"]["synth-1hop"]
     assert "cache key" not in capfd.readouterr().err
+
+
+def test_the_compose_files_default_to_a_server_the_installed_client_supports() -> None:
+    """Elastic's clients work with a server of their own minor version or newer; the compose files defaulted to
+    9.0.2 while the client installed was 9.5."""
+    client = tuple(int(part) for part in version("elasticsearch").split(".")[:2])
+    for path in ("infra/compose.yaml", "infra/elasticsearch/docker-compose.yml", "infra/.env.example"):
+        text = (REPO / path).read_text(encoding="utf-8")
+        tags = re.findall(r"ES_VERSION(?::-|=)(\d+)\.(\d+)\.\d+", text)
+        assert tags, f"{path}: no ES_VERSION default"
+        for major, minor in tags:
+            assert client <= (int(major), int(minor)), f"{path}: server {major}.{minor} is older than client {client}"
