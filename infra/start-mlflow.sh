@@ -22,6 +22,20 @@ WORKERS="${MLFLOW_WORKERS:-1}"
 SHOWN_STORE="$(printf '%s' "$STORE" | sed -E 's#(://[^:/@[:space:]]*):[^@/[:space:]]*@#\1:***@#')"
 if [ -x .venv/bin/mlflow ]; then MLFLOW=.venv/bin/mlflow; else MLFLOW="$(command -v mlflow)" || {
   echo "mlflow not found: run 'make setup' (creates .venv) or install mlflow" >&2; exit 1; }; fi
+PYTHON="$(dirname "$MLFLOW")/python"; [ -x "$PYTHON" ] || PYTHON=python3
+
+# a taken port: mlflow printed nothing useful and this script exited 0 about 30 s later, after the banner
+"$PYTHON" - "$HOST" "$PORT" <<'PY' || exit 1
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+with socket.socket() as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a TIME_WAIT is not "in use"
+    try:
+        probe.bind((host, port))
+    except OSError as err:
+        sys.exit(f"start-mlflow.sh: port {port} on {host} cannot be bound ({err.strerror}); stop what holds it "
+                 "or pick another port (MLFLOW_PORT=5100 infra/start-mlflow.sh)")
+PY
 
 cat <<MSG
 MLflow UI and API: http://${HOST}:${PORT}   (store ${SHOWN_STORE}, artifacts ${ARTIFACTS})

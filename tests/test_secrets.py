@@ -13,6 +13,7 @@ import pytest
 from centralrl.config import load_config
 from centralrl.errors import ConfigError
 from centralrl.plan import main as plan_main
+from centralrl.services import free_port
 from centralrl.tracking import MlflowTracker
 from conftest import REPO, write_params
 
@@ -65,7 +66,7 @@ def test_start_mlflow_never_echoes_the_store_password(tmp_path):
     store = f"postgresql+psycopg2://mlflow:{SECRET}@127.0.0.1:9/mlflow"  # no such server: mlflow stops at once
     env = os.environ | {
         "MLFLOW_BACKEND_STORE_URI": store,
-        "MLFLOW_PORT": "9",
+        "MLFLOW_PORT": str(free_port()),  # port 9 is refused to a user other than root, before mlflow starts
         "MLFLOW_ARTIFACTS_DESTINATION": str(tmp_path),
     }
     result = subprocess.run([REPO / "infra" / "start-mlflow.sh"], env=env, capture_output=True, text=True, timeout=120)

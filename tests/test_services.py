@@ -260,6 +260,18 @@ def test_a_taken_port_is_named_before_anything_starts(capsys, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []  # no empty log folder left behind
 
 
+def test_start_mlflow_names_a_taken_port_and_fails():
+    """A taken port printed the script's banner and exited 0 about 30 s later."""
+    with socket.socket() as holder:
+        holder.bind((services.HOST, 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        script, env = REPO / "infra" / "start-mlflow.sh", os.environ | {"MLFLOW_PORT": str(port)}
+        done = subprocess.run([script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"start-mlflow.sh: port {port} on 127.0.0.1 cannot be bound (Address already in use)" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("code", "said"),
     [
