@@ -3,15 +3,17 @@ the hub is switched off through HF_HUB_OFFLINE=1 and every service URL points at
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import shutil
 import socket
+import threading
 import urllib.error
 from pathlib import Path
 
 import pytest
 
-from centralrl import plan
+from centralrl import plan, services
 from centralrl.config import load_config
 
 from conftest import REPO
@@ -285,3 +287,17 @@ def test_a_reader_that_stopped_early_ends_the_tool_as_it_ends_cat(tool):
     finally:
         os.close(write)
     assert (done.returncode, done.stderr.decode()) == (141, "")
+
+
+def test_the_mlflow_check_counts_any_http_answer_as_the_stages_do():
+    """Any 4xx from /health was `missing`, while the stages (`services.unanswered`) start on any HTTP answer."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to GET
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        check = plan.check_mlflow(url)
+        assert services.unanswered(url) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert check.ok and check.reason == f"{url} answers, HTTP 501 at /health: is it an MLflow server?"

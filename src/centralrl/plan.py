@@ -480,7 +480,9 @@ def check_smollm2() -> Check:
 
 
 def check_mlflow(uri: str) -> Check:
-    """An MLflow server answers at `uri` (its /health endpoint); credentials in `uri` go as basic auth."""
+    """An MLflow server answers at `uri` (its /health endpoint); credentials in `uri` go as basic auth. Any HTTP
+    answer counts, as in the stages' check (`services.unanswered`): a 401 may be a proxy that wants the
+    MLFLOW_TRACKING_USERNAME/PASSWORD the pipeline sends and this probe does not; its status is named."""
     plain, credentials = split_credentials(uri)
     url = plain.rstrip("/") + "/health"
     request = urllib.request.Request(url)
@@ -489,7 +491,7 @@ def check_mlflow(uri: str) -> Check:
     try:
         urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT).close()
     except urllib.error.HTTPError as error:
-        return Check("mlflow server", False, f"{url} answered HTTP {error.code}: is it an MLflow server?")
+        return Check("mlflow server", True, f"{uri} answers, HTTP {error.code} at /health: is it an MLflow server?")
     except (urllib.error.URLError, OSError) as error:
         return Check(
             "mlflow server",
