@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"experiment: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # dvc and its stage were stopped (`dvc_runs.stream`); a traceback says nothing more
-        print("experiment: interrupted; a rerun resumes training from its last saved step", file=sys.stderr)
+        resumes = "" if args.dry else "; a rerun resumes training from its last saved step"
+        print(f"experiment: interrupted{resumes}", file=sys.stderr)
         return 130
     return 0
 
