@@ -38,7 +38,12 @@ NAMES = {"f1": "F1", "acc": "Acc", "em": "EM"}
 
 
 def _ci(d: Mapping) -> str:
-    return f"{d['estimate']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+    """An estimate and its interval to two decimals; a difference that is 0 up to rounding prints as 0.00.
+
+    >>> _ci({"estimate": -1e-15, "low": -16.666, "high": 16.666})
+    '0.00 [-16.67, 16.67]'
+    """
+    return "{:.2f} [{:.2f}, {:.2f}]".format(*(round(d[key], 2) + 0.0 for key in ("estimate", "low", "high")))
 
 
 def _budget_text(spec: Mapping) -> str:
