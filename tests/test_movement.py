@@ -79,6 +79,11 @@ def test_batched_movement_equals_each_call_alone_and_regenerating(tiny_backbone,
     assert 0 < sum(flag for flag, _ in batched) < len(calls)  # the central calls changed, the others did not
 
 
+def _inputs(folder, data) -> list[str]:
+    """The evaluate stage's inputs in the smoke run: the start, the index, the test questions."""
+    return ["--model", str(folder / "start"), "--index", str(folder / "index"), "--questions", str(data["test"])]
+
+
 def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> dict:
     """The evaluate stage on one trained cell of joint whose `moved` adapters differ from the start, every budget
     cut at step 1 (so evaluated once, from the first budget's folder); the movement of that cut."""
@@ -106,12 +111,7 @@ def _evaluate_cell(folder, params, data, moved: tuple[str, ...], out: str) -> di
             "0",
             "--backbone",
             "main",
-            "--model",
-            str(folder / "start"),
-            "--index",
-            str(folder / "index"),
-            "--questions",
-            str(data["test"]),
+            *_inputs(folder, data),
             "--adapters",
             str(adapters),
             "--budgets",
@@ -162,7 +162,7 @@ def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
     evaluate.main(
         [
             *("--params", str(params), "--reference", "single_agent", "--backbone", "main"),
-            *("--model", str(folder / "start"), "--index", str(folder / "index"), "--questions", str(data["test"])),
+            *_inputs(folder, data),
             *("--out", str(out / "eval"), "--metrics", str(out / "metrics.json")),
         ]
     )
@@ -196,14 +196,7 @@ def test_a_tracking_server_gone_after_the_evaluation_leaves_its_outputs_written(
         evaluate.main(
             [
                 *("--params", str(params), "--reference", "base", "--backbone", "main"),
-                *(
-                    "--model",
-                    str(folder / "start"),
-                    "--index",
-                    str(folder / "index"),
-                    "--questions",
-                    str(data["test"]),
-                ),
+                *_inputs(folder, data),
                 *("--out", str(tmp_path / "eval"), "--metrics", str(tmp_path / "metrics.json")),
             ]
         )
