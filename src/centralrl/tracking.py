@@ -104,9 +104,12 @@ def _dvc_deps_sha256(stage: str) -> str:
     itself: `dvc repro` rewrites it as each stage finishes, so one experiment's runs had 16 hashes in 22 runs."""
     from dvc.repo import Repo
 
-    with Repo(config={"core": {"no_scm": True}}) as repo:  # the project this process runs in; no git needed
-        (found,) = repo.stage.collect(stage)
-        deps = {dep.def_path: dep.get_hash().to_dict() for dep in found.deps}
+    try:  # a tag: a stage must not fail for want of it
+        with Repo(config={"core": {"no_scm": True}}) as repo:  # the project this process runs in; no git needed
+            (found,) = repo.stage.collect(stage)
+            deps = {dep.def_path: dep.get_hash().to_dict() for dep in found.deps}
+    except Exception as error:  # noqa: BLE001 - DVC's errors have no common base worth naming here
+        return f"unknown ({type(error).__name__})"
     return hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()
 
 
