@@ -7,7 +7,9 @@ adapter and one with every adapter off (the starting checkpoint), batched:
   decoding takes the argmax at every position, so the start reproduces the completion exactly when its argmax
   agrees with the policy's at every completion position (a completion that ended, by a stop token or the
   budget, ends the start's there too). Both argmaxes come from the same padded batch, so identical weights
-  give identical decisions bit for bit: a role whose LoRA B is zero changes nothing.
+  give identical decisions bit for bit: a role whose LoRA B is zero changes nothing. The calls of a batch share
+  their role's system prompt (and a question's calls more), which each pass runs once for the batch, as the
+  update does (`benchmarks/movement.py` measures what that saves).
 - kl: the mean over the call's completion tokens of KL(policy || start) at that position, exact over the
   vocabulary (sum_v p log(p / q), temperature 1).
 
@@ -28,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from centralrl.harness.engine import RolePolicy
+from centralrl.harness.engine import RolePolicy, causal_lm, prefixed_states, shared_prefix
 from centralrl.harness.episodes import Episode, RoleCall
 from centralrl.models.adapters import acting_as
 
@@ -45,31 +47,42 @@ def position_kl(policy_logits: torch.Tensor, start_logits: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def _batch_movement(model, calls: Sequence[RoleCall], adapter: str, pad: int) -> list[tuple[bool, float]]:
-    """(changed, mean per-token KL) of each call, from two forward passes over the left-padded batch."""
+def _batch_movement(
+    model, calls: Sequence[RoleCall], adapter: str, pad: int, share_prefix: bool
+) -> list[tuple[bool, float]]:
+    """(changed, mean per-token KL) of each call, from two forward passes over the right-padded batch, each running
+    the rows' common prefix once (`prefixed_states`; every row whole without `share_prefix`) and the output head
+    only at completion positions."""
     device = next(model.parameters()).device
     rows = [list(c.prompt_ids) + list(c.completion_ids) for c in calls]
-    width, longest = max(len(r) for r in rows), max(len(c.completion_ids) for c in calls)
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
-    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)  # as `generate` numbers a left-padded row
+    shared = min(shared_prefix(rows), min(len(c.prompt_ids) for c in calls) - 1) if share_prefix else 0
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    predicts = torch.zeros((len(rows), width - 1), dtype=torch.bool, device=device)  # position t predicts token t+1
+    for row, call in enumerate(calls):
+        predicts[row, len(call.prompt_ids) - 1 : len(rows[row]) - 1] = True
+    lm = causal_lm(model)
     logits = {}
-    for name in (adapter, None):  # the last longest + 1 positions hold every completion token's prediction
+    for name in (adapter, None):
         with acting_as(model, name):
-            out = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=longest + 1)
-        logits[name] = out.logits[:, :-1]  # [B, longest]: column j predicts the token at width - longest + j
+            hidden = prefixed_states(lm.base_model, ids, attention, shared)[:, :-1][predicts[:, shared:]]
+            logits[name] = lm.get_output_embeddings()(hidden)  # [completion tokens of every row, V], row by row
     differs = logits[adapter].argmax(-1) != logits[None].argmax(-1)
-    out = []
-    for i, call in enumerate(calls):  # row by row: the KL's [positions, V] temporaries of one call at a time
-        mine = slice(longest - len(call.completion_ids), None)
-        kl = position_kl(logits[adapter][i, mine], logits[None][i, mine])
-        out.append((bool(differs[i, mine].any()), float(kl.mean())))
+    out, first = [], 0
+    for call in calls:  # call by call: the KL's [positions, V] temporaries of one call at a time
+        mine = slice(first, first + len(call.completion_ids))
+        kl = position_kl(logits[adapter][mine], logits[None][mine])
+        out.append((bool(differs[mine].any()), float(kl.mean())))
+        first = mine.stop
     return out
 
 
-def call_movement(model, calls: Sequence[RoleCall], pad: int, batch_size: int) -> list[tuple[bool, float]]:
+def call_movement(
+    model, calls: Sequence[RoleCall], pad: int, batch_size: int, share_prefix: bool = True
+) -> list[tuple[bool, float]]:
     """(changed, mean per-token KL(policy || start)) of each call, in order; batched per adapter, rows of similar
-    length together."""
+    length together (`share_prefix`: see `_batch_movement`; off only to measure what it saves)."""
     out: list[tuple[bool, float]] = [(False, 0.0)] * len(calls)
     for adapter in sorted({c.adapter for c in calls}):
         mine = sorted(
@@ -78,7 +91,7 @@ def call_movement(model, calls: Sequence[RoleCall], pad: int, batch_size: int) -
         )
         for start in range(0, len(mine), batch_size):
             batch = mine[start : start + batch_size]
-            for i, moved in zip(batch, _batch_movement(model, [calls[i] for i in batch], adapter, pad)):
+            for i, moved in zip(batch, _batch_movement(model, [calls[i] for i in batch], adapter, pad, share_prefix)):
                 out[i] = moved
     return out
 

@@ -130,6 +130,20 @@ def cache_argument(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+def prefixed_states(decoder, ids: torch.Tensor, attention: torch.Tensor, shared: int) -> torch.Tensor:
+    """The decoder's last hidden states [B, L - shared, H] at positions `shared`.. of right-padded `ids` [B, L]
+    (`attention` [B, L]). The first `shared` positions, the same in every row, run once as one row whose KV is
+    expanded to every row (under autograd the rows' gradients sum back through the expansion); the rest of each
+    row attends to them through that cache."""
+    cache = {}
+    if shared:
+        cache = {cache_argument(type(decoder)): DynamicCache(config=decoder.config)}
+        decoder(input_ids=ids[:1, :shared], use_cache=True, **cache)
+        next(iter(cache.values())).batch_repeat_interleave(len(ids))
+    out = decoder(input_ids=ids[:, shared:], attention_mask=attention, use_cache=bool(cache), **cache)
+    return out.last_hidden_state
+
+
 def _plain_copy(model: PreTrainedModel, dtype: torch.dtype) -> PreTrainedModel:
     """The backbone of `model` in `dtype`, without LoRA layers and without gradients (buffers keep their dtype)."""
     lm = causal_lm(model)

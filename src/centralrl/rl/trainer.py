@@ -56,14 +56,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.nn.utils import clip_grad_norm_
-from transformers import DynamicCache
 
 from centralrl.assembly import run_settings
 from centralrl.compute import ModelShape, update_flops
 from centralrl.config import TOPOLOGY_ROLES, Config, GrpoConfig, adapter_names
 from centralrl.distributed import World
 from centralrl.errors import DataError
-from centralrl.harness.engine import RolePolicy, cache_argument, shared_prefix
+from centralrl.harness.engine import RolePolicy, prefixed_states, shared_prefix
 from centralrl.hardware import compute_dtype, return_free_memory
 from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.models.adapters import frozen_linears_in, set_activation_checkpointing
@@ -167,18 +166,12 @@ def _padded(samples: Sequence[Sample], pad: int, device) -> tuple[torch.Tensor, 
 def _logprobs(
     decoder, head, ids: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, temperature: float, shared: int = 0
 ):
-    """Log-probs [B, L-1] of the tokens `mask` marks (0 elsewhere): the decoder over every position, the output
-    head only where a trained token is predicted. The first `shared` positions, the same in every row and
-    predicting no trained token, run once as one row whose KV is expanded to every row (autograd sums the rows'
-    gradients back through the expansion); the rest of each row attends to them through that cache."""
-    cache = {}
-    if shared:
-        cache = {cache_argument(type(decoder)): DynamicCache(config=decoder.config)}
-        decoder(input_ids=ids[:1, :shared], use_cache=True, **cache)
-        next(iter(cache.values())).batch_repeat_interleave(len(ids))
-    hidden = decoder(input_ids=ids[:, shared:], attention_mask=attention, use_cache=bool(cache), **cache)
+    """Log-probs [B, L-1] of the tokens `mask` marks (0 elsewhere): the decoder over every position (the first
+    `shared`, predicting no trained token, once: `prefixed_states`), the output head only where a trained token is
+    predicted."""
+    hidden = prefixed_states(decoder, ids, attention, shared)
     keep = mask[:, shared:]
-    trained = head_logprobs(hidden.last_hidden_state[:, :-1][keep], head, ids[:, shared + 1 :][keep], temperature)
+    trained = head_logprobs(hidden[:, :-1][keep], head, ids[:, shared + 1 :][keep], temperature)
     return torch.zeros(mask.shape, device=trained.device).masked_scatter(mask, trained)
 
 
