@@ -12,7 +12,16 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from centralrl.config import LoraConfig
-from centralrl.harness.engine import RolePolicy, _sample, roomy_cache, shared_prefix, trim_generation
+from centralrl.harness.engine import (
+    RolePolicy,
+    _sample,
+    causal_lm,
+    end_of_sequence_ids,
+    roomy_cache,
+    shared_prefix,
+    trim_generation,
+)
+from centralrl.harness.episodes import _without_eos
 from centralrl.models.adapters import acting_as, attach_adapters
 from centralrl.models.backbone import load_backbone
 
@@ -68,11 +77,12 @@ def _prompts(tokenizer) -> list[list[int]]:
 
 def plain_greedy(model, tokenizer, prompt, role):
     """One prompt alone (no padding) through `model.generate`, greedy, as the engine before ours ran it."""
+    end_ids = end_of_sequence_ids(model, tokenizer)
     config = GenerationConfig(
         max_new_tokens=MAX_NEW,
         do_sample=False,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=sorted(end_ids),
         output_scores=True,
         return_dict_in_generate=True,
     )
@@ -83,7 +93,7 @@ def plain_greedy(model, tokenizer, prompt, role):
     ids = out.sequences[0, len(prompt) :].tolist()
     logprobs = torch.stack(out.scores, dim=1)[0].float().log_softmax(-1)
     return trim_generation(
-        tokenizer, prompt, ids, logprobs.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist(), role
+        tokenizer, end_ids, prompt, ids, logprobs.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist(), role
     )
 
 
@@ -104,6 +114,29 @@ def test_greedy_tokens_equal_plain_generate(lively, role, batch_size):
         assert [g.completion_ids for g in got] == [g.completion_ids for g in want]
         for a, b in zip(got, want):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_generation_ends_at_every_end_of_sequence_id_the_model_declares(lively, monkeypatch):
+    """Qwen2.5-Instruct's generation config ends at <|im_end|> and <|endoftext|>, its tokenizer names only the
+    first; HF `generate` and vLLM stop at either. Here the second id is a token the model emits greedily early."""
+    model, tokenizer = lively
+    prompts = _prompts(tokenizer)[:2]
+    unended = RolePolicy(model, tokenizer, ADAPTERS).generate("retrieval", prompts, MAX_NEW, greedy=True)
+    assert [len(g.completion_ids) for g in unended] == [MAX_NEW] * 2
+    second = unended[0].completion_ids[3]
+    ends_at = unended[0].completion_ids.index(second) + 1
+    config = causal_lm(model).generation_config
+    monkeypatch.setattr(config, "eos_token_id", [tokenizer.eos_token_id, second])
+    policy = RolePolicy(model, tokenizer, ADAPTERS)
+    assert policy.end_ids == {tokenizer.eos_token_id, second} and second != tokenizer.eos_token_id
+    got = policy.generate("retrieval", prompts, MAX_NEW, greedy=True)
+    assert got[0].completion_ids == unended[0].completion_ids[:ends_at] and ends_at < MAX_NEW
+    assert got[0].logprobs == unended[0].logprobs[:ends_at]
+    assert got[0].completion_ids == plain_greedy(model, tokenizer, prompts[0], "retrieval").completion_ids  # as HF
+    assert _without_eos(policy, got[0].completion_ids) == list(got[0].completion_ids[:-1])
+    for sole in (None, []):  # a generation config without eos ids: the tokenizer's alone
+        monkeypatch.setattr(config, "eos_token_id", sole)
+        assert end_of_sequence_ids(model, tokenizer) == {tokenizer.eos_token_id}
 
 
 def test_sampling_follows_the_seed_not_the_batch(lively):

@@ -39,6 +39,7 @@ class ScriptedPolicy(RolePolicy):
 
     def __init__(self, tokenizer, script):
         self.tokenizer, self.adapters, self.script, self.prompts = tokenizer, dict(FROZEN), script, []
+        self.end_ids = frozenset({tokenizer.eos_token_id})
         self.clock = PhaseClock()
 
     def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):

@@ -13,7 +13,7 @@ import torch
 from centralrl import plan
 from centralrl.config import HarnessConfig, LoraConfig, load_config
 from centralrl.errors import BackboneError, ConfigError
-from centralrl.harness.engine import RolePolicy, open_policy, trim_generation
+from centralrl.harness.engine import RolePolicy, end_of_sequence_ids, open_policy, trim_generation
 from centralrl.harness.vllm_engine import MISSING, completion_to_generation
 from centralrl.models.backbone import load_backbone
 
@@ -78,26 +78,31 @@ def test_preflight_and_plan_name_the_engine(tmp_path):
 
 def test_a_vllm_completion_cut_at_a_stop_string_is_the_transformers_record(backbone):
     tokenizer = backbone[1]
+    end_ids = end_of_sequence_ids(*backbone)
     prompt = tokenizer.encode(
         "<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n<note>", add_special_tokens=False
     )
     ids = tokenizer.encode("the director</note> and more text after", add_special_tokens=False)
     values = [-0.25 * (i + 1) for i in range(len(ids))]
-    expected = trim_generation(tokenizer, prompt, ids, values, "retrieval")
+    expected = trim_generation(tokenizer, end_ids, prompt, ids, values, "retrieval")
     assert expected.text.endswith("</note>") and len(expected.completion_ids) < len(ids)
-    assert completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values), "retrieval") == expected
+    assert (
+        completion_to_generation(tokenizer, end_ids, prompt, ids, logprob_dicts(ids, values), "retrieval") == expected
+    )
 
 
-def test_a_vllm_completion_ending_in_eos_is_the_transformers_record(backbone):
+@pytest.mark.parametrize("end", ["<|im_end|>", "<|endoftext|>"])  # the tokenizer's eos; another the model declares
+def test_a_vllm_completion_ending_in_eos_is_the_transformers_record(backbone, end):
     tokenizer = backbone[1]
+    end_ids = end_of_sequence_ids(*backbone) | {tokenizer.convert_tokens_to_ids("<|endoftext|>")}
     prompt = tokenizer.encode("<answer>", add_special_tokens=False)
-    ids = tokenizer.encode("Telmarra", add_special_tokens=False) + [tokenizer.eos_token_id]
+    ids = tokenizer.encode(f"Telmarra{end} more", add_special_tokens=False)
     values = [-0.5] * len(ids)
-    generation = completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values), "conclusion")
-    assert generation == trim_generation(tokenizer, prompt, ids, values, "conclusion")
-    assert generation.completion_ids[-1] == tokenizer.eos_token_id and generation.text == "Telmarra"
+    generation = completion_to_generation(tokenizer, end_ids, prompt, ids, logprob_dicts(ids, values), "conclusion")
+    assert generation == trim_generation(tokenizer, end_ids, prompt, ids, values, "conclusion")
+    assert generation.completion_ids[-1] == tokenizer.convert_tokens_to_ids(end) and generation.text == "Telmarra"
     with pytest.raises(BackboneError, match="logprobs=0"):
-        completion_to_generation(tokenizer, prompt, ids, logprob_dicts(ids, values)[:-1], "conclusion")
+        completion_to_generation(tokenizer, end_ids, prompt, ids, logprob_dicts(ids, values)[:-1], "conclusion")
 
 
 @pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs the gpu extra (vLLM) and a CUDA GPU")

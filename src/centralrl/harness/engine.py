@@ -47,7 +47,9 @@ the system prompt part of that is prefilled once per batch here anyway, and only
 tokens per row) would be saved, at the cost of holding every live episode's cache between `generate` calls.
 
 `trim_generation` is where every engine cuts a completion (after end-of-sequence or after the token that
-completes a stop string), so the records mean the same whichever engine made them. `open_policy` picks the
+completes a stop string), so the records mean the same whichever engine made them. End-of-sequence is any id of
+`RolePolicy.end_ids` (`end_of_sequence_ids`: the tokenizer's eos and the model's generation config's, found once
+when the policy is built), as HF `generate` and vLLM stop. `open_policy` picks the
 engine from `harness.engine`: this one (transformers) or `VllmRolePolicy` (vLLM, the optional gpu extra,
 imported only when chosen).
 
@@ -195,10 +197,21 @@ class MergedCopies:
         return self.merged[adapter, dtype]
 
 
-def ends_action(tokenizer: PreTrainedTokenizerBase, stops: Sequence[str], text: str, token: int) -> tuple[bool, str]:
-    """Whether `token` ends a completion whose decoded text so far is `text` (end-of-sequence, or the text with
+def end_of_sequence_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """The ids that end a sequence: the tokenizer's eos and every eos id of the model's generation config (an int,
+    a list or None). Qwen2.5-Instruct's lists <|im_end|> and <|endoftext|>, and HF `generate` and vLLM stop at
+    either, while its tokenizer names only <|im_end|>."""
+    declared = getattr(causal_lm(model).generation_config, "eos_token_id", None)
+    declared = [declared] if isinstance(declared, int) else list(declared or [])
+    return frozenset(i for i in [tokenizer.eos_token_id, *declared] if i is not None)
+
+
+def ends_action(
+    tokenizer: PreTrainedTokenizerBase, end_ids: frozenset[int], stops: Sequence[str], text: str, token: int
+) -> tuple[bool, str]:
+    """Whether `token` ends a completion whose decoded text so far is `text` (one of `end_ids`, or the text with
     it contains a stop string), and that text (each token decoded on its own and appended)."""
-    if token == tokenizer.eos_token_id:
+    if token in end_ids:
         return True, text
     text += tokenizer.decode([token])
     return any(stop in text for stop in stops), text
@@ -313,6 +326,7 @@ def _sample(logprobs: torch.Tensor, generators: list[torch.Generator]) -> torch.
 def decode(
     lm: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
+    end_ids: frozenset[int],
     prompts: Sequence[Sequence[int]],
     seeds: Sequence[int] | None,
     max_new_tokens: int,
@@ -341,7 +355,7 @@ def decode(
             ids, logprobs = out[row]
             ids.append(token)
             logprobs.append(logprob)
-            ended, texts[row] = ends_action(tokenizer, stops, texts[row], token)
+            ended, texts[row] = ends_action(tokenizer, end_ids, stops, texts[row], token)
             if not ended and len(ids) < max_new_tokens:
                 keep.append(j)
         if not keep:
@@ -371,6 +385,7 @@ class RolePolicy:
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.end_ids = end_of_sequence_ids(model, tokenizer)  # every engine stops at these, trims after them
         self.adapters = adapters
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
@@ -436,23 +451,27 @@ class RolePolicy:
                 rows = order[start : start + self.batch_size]
                 seeds = None if greedy else [derive_seed(seed, role, i) for i in rows]
                 batch = [prompts[i] for i in rows]
-                decoded = decode(
-                    lm, self.tokenizer, batch, seeds, max_new_tokens, temperature, STOP_STRINGS.get(role, [])
-                )
+                stops = STOP_STRINGS.get(role, [])
+                decoded = decode(lm, self.tokenizer, self.end_ids, batch, seeds, max_new_tokens, temperature, stops)
                 for i, (ids, logprobs) in zip(rows, decoded):
-                    results[i] = trim_generation(self.tokenizer, prompts[i], ids, logprobs, role)
+                    results[i] = trim_generation(self.tokenizer, self.end_ids, prompts[i], ids, logprobs, role)
         return [results[i] for i in range(len(prompts))]
 
 
 def trim_generation(
-    tokenizer: PreTrainedTokenizerBase, prompt: Sequence[int], ids: list[int], logprobs: list[float], role: str
+    tokenizer: PreTrainedTokenizerBase,
+    end_ids: frozenset[int],
+    prompt: Sequence[int],
+    ids: list[int],
+    logprobs: list[float],
+    role: str,
 ) -> Generation:
-    """Cut a row after its end-of-sequence token or the token that completes a stop string (`ends_action`)."""
+    """Cut a row after its first token of `end_ids` or the token that completes a stop string (`ends_action`)."""
     stops = STOP_STRINGS.get(role, [])
     end = len(ids)
     text = ""
     for position, token in enumerate(ids):
-        ended, text = ends_action(tokenizer, stops, text, token)
+        ended, text = ends_action(tokenizer, end_ids, stops, text, token)
         if ended:
             end = position + 1
             break

@@ -214,9 +214,10 @@ def _agent_step(
 def _without_eos(policy: RolePolicy, ids: Sequence[int]) -> list[int]:
     """A reply as the transcript goes on from it: an invalid one that ended its turn with end-of-sequence continues
     with the feedback, in the same assistant turn, so the end-of-sequence is left out (the record keeps it: the
-    model generated it), as Search-R1's rollout, which decodes replies without special tokens."""
+    model generated it), as Search-R1's rollout, which decodes replies without special tokens. Any of the
+    policy's end-of-sequence ids counts (`RolePolicy.end_ids`)."""
     ids = list(ids)
-    return ids[:-1] if ids and ids[-1] == policy.tokenizer.eos_token_id else ids
+    return ids[:-1] if ids and ids[-1] in policy.end_ids else ids
 
 
 def _force_answers(episodes: list[Episode], base: dict[int, list[int]], policy: RolePolicy, s: RunSettings) -> None:

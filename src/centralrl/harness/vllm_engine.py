@@ -14,9 +14,11 @@ evaluation opens one policy per budget cut; vLLM does not reliably give GPU memo
 Requests: the prompt ids as `TokensPrompt(prompt_token_ids=...)`, one `SamplingParams` per prompt: seed
 `derive_seed(seed, role, index)` (sampling is deterministic per prompt, whatever batch it lands in, up to
 the numerics of batching), temperature 0 for greedy, top_k and top_p off (the transformers engine samples
-from the full distribution), `max_tokens`, the role's stop strings kept in the output, `logprobs=0` (the
-chosen token's log-prob only). Every output goes through `completion_to_generation` -> `trim_generation`, so
-the cut and the records mean what the transformers engine's mean.
+from the full distribution), `max_tokens`, the role's stop strings kept in the output, `stop_token_ids` the
+policy's `end_ids` (the transformers engine's end-of-sequence ids, given explicitly rather than left to vLLM's
+reading of the generation config), `logprobs=0` (the chosen token's log-prob only). Every output goes through
+`completion_to_generation` -> `trim_generation`, so the cut and the records mean what the transformers engine's
+mean.
 
 The vLLM interface this relies on (engine args, log-prob mode, sampling params, outputs), and how it was
 checked, is in docs/verification.md; it sets the gpu extra's floor, vLLM 0.10.2.
@@ -84,6 +86,7 @@ def vllm_problems() -> list[str]:
 
 def completion_to_generation(
     tokenizer: PreTrainedTokenizerBase,
+    end_ids: frozenset[int],
     prompt: Sequence[int],
     token_ids: Sequence[int],
     logprobs: Sequence[dict[int, Any]] | None,
@@ -98,7 +101,7 @@ def completion_to_generation(
             "log-prob entries; the requests ask for logprobs=0"
         )
     chosen = [float(step[token].logprob) for step, token in zip(logprobs, ids)]
-    return trim_generation(tokenizer, prompt, ids, chosen, role)
+    return trim_generation(tokenizer, end_ids, prompt, ids, chosen, role)
 
 
 def lora_rank(model: PreTrainedModel) -> int:
@@ -208,6 +211,7 @@ class VllmRolePolicy(RolePolicy):
                     max_tokens=max_new_tokens,
                     seed=None if greedy else derive_seed(seed, role, index),
                     stop=STOP_STRINGS.get(role),
+                    stop_token_ids=sorted(self.end_ids),
                     include_stop_str_in_output=True,
                     logprobs=0,
                 )
@@ -220,6 +224,8 @@ class VllmRolePolicy(RolePolicy):
                 lora_request=self._requests[adapter] if adapter else None,
             )
         return [
-            completion_to_generation(self.tokenizer, prompt, out.outputs[0].token_ids, out.outputs[0].logprobs, role)
+            completion_to_generation(
+                self.tokenizer, self.end_ids, prompt, out.outputs[0].token_ids, out.outputs[0].logprobs, role
+            )
             for prompt, out in zip(prompts, outputs)
         ]
