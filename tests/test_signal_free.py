@@ -125,6 +125,22 @@ def test_several_updates_per_rollout_step_the_optimizer_each_time_and_the_clip_b
     assert _moved(_weights(once), thrice)  # three steps end elsewhere than one
 
 
+def test_the_logged_learning_rate_is_the_one_the_steps_update_used(tiny_backbone, tmp_path):
+    """Linear schedule, 1 warmup step of 10: the first update runs at half the rate, the second at the full one
+    (step 1 logged the full rate: the schedule had already stepped). A skipped step logs the rate it would have
+    used, the one the next update then uses (neither it nor the schedule stepped)."""
+    grpo = {"learning_rate": 3e-4, "lr_schedule": "linear", "warmup_steps": 1, "steps": 10}
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo)
+    used: list[float] = []  # read by the optimizer itself, at each of its steps
+    trainer.optimizer.register_step_pre_hook(lambda optimizer, *_: used.append(optimizer.param_groups[0]["lr"]))
+    logged = [
+        trainer.learn(trainer.rollout(), rewards)["learning_rate"]
+        for rewards in (SIGNAL, SIGNAL, torch.full((2, 4), 0.25), SIGNAL)
+    ]
+    assert used == pytest.approx([1.5e-4, 3e-4, 3e-4 * 8 / 9])
+    assert logged == pytest.approx([1.5e-4, 3e-4, 3e-4 * 8 / 9, 3e-4 * 8 / 9])
+
+
 def test_a_step_logs_reward_and_subquestions_per_benchmark(tiny_backbone, tmp_path):
     from dataclasses import replace
 

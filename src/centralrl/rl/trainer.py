@@ -427,7 +427,11 @@ class Trainer:
 
         A step in which no group of any process has reward variance carries no signal: it runs no forward or
         backward, and neither the optimizer (whose momentum would still move the weights) nor the schedule
-        steps. It is logged with `skipped` 1 and its rollout cost, and trains no tokens."""
+        steps. It is logged with `skipped` 1 and its rollout cost, and trains no tokens.
+
+        The logged `learning_rate` is the rate this step's update used: the optimizer's, read before the schedule
+        steps (after it, the schedule holds the next update's). A skipped step logs the rate it would have used,
+        which is the one the next update uses, as the schedule did not step."""
         g = self.cfg.train.grpo
         informative, samples = informative_samples(episodes, rewards, g)
         informative_groups, denominator = self.world.total(
@@ -436,11 +440,12 @@ class Trainer:
         local = dict.fromkeys(UPDATE_SUMS, 0.0)
         grad_norm = 0.0
         measured = bool(informative_groups) and self.measures_kl()
+        rate = self.optimizer.param_groups[0]["lr"]  # before `_optimize` steps the schedule
         if informative_groups:
             with self._update_draws():
                 local, grad_norm = self._optimize(samples, denominator, measured)
         self.step += 1
-        metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm, measured)
+        metrics = self.gathered_metrics(episodes, rewards, samples, local, grad_norm, measured, rate)
         # sorted: a set of adapter names iterates in an order that changes with PYTHONHASHSEED (the history bytes)
         untrained = {f"trained_tokens.{a}": 0.0 for a in adapter_names(self.policy.adapters)}
         return (
@@ -501,10 +506,12 @@ class Trainer:
         local: dict[str, float],
         grad_norm: float,
         measured_kl: bool,
+        learning_rate: float,
     ) -> dict[str, float]:
         """The step's metrics over every process's episodes, samples and update sums; `measured_kl`: whether the
-        update ran the reference forward (its FLOPs count). Without a KL term, "kl" is there only for the steps
-        that measured it (`measures_kl`): a 0 would read as a policy that had not moved."""
+        update ran the reference forward (its FLOPs count); `learning_rate`: the rate the update used (`learn`).
+        Without a KL term, "kl" is there only for the steps that measured it (`measures_kl`): a 0 would read as a
+        policy that had not moved."""
         g = self.cfg.train.grpo
         totals = dict(zip(local, self.world.total(list(local.values()))))
         episodes, samples = self.world.gather(episodes), self.world.gather(samples)
@@ -517,7 +524,7 @@ class Trainer:
             # update) the clip absorbs, which clip_fraction alone mixes with the policy's movement (mu > 1)
             "logprob_drift": totals["drift"] / max(totals["tokens"], 1.0),
             "grad_norm": grad_norm,
-            "learning_rate": self.scheduler.get_last_lr()[0],
+            "learning_rate": learning_rate,
             "flops.generation": float(sum(e.flops(self.shape) for e in episodes)),
             "flops.update": g.updates_per_rollout
             * float(
