@@ -182,10 +182,49 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
         run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker(), lines.append)
     print(stop.value)
     diverged = trainer.step
-    saved = sorted(state.glob("step-*"))
-    assert diverged > 1 and saved[-1].name == f"step-{diverged - 1:06d}"  # the last good state, not the bad one
+    saved = [p.name for p in sorted(state.glob("step-*"))]
+    started = f"step-{diverged - 1:06d}"  # the state the diverged step started from
+    if "kl to the starting policy" in str(stop.value):  # its KL: that state is past the limit, set aside
+        assert diverged > 1 and started not in saved and (state / f"past-max-kl-{started}").is_dir()
+    else:  # the step's own update is the bad one
+        assert diverged > 1 and saved[-1] == started
     # the console shows every step up to the one that diverged
     assert [line.split(": reward")[0] for line in lines] == [f"step {k}/6" for k in range(1, diverged + 1)]
+
+
+def test_a_kl_past_max_kl_sets_aside_the_state_it_measured_and_a_rerun_resumes_the_one_before(tiny_backbone, tmp_path):
+    """The KL step k logs is measured in its update's first forward: that of the policy step k started from, the
+    state saved after step k-1. max_kl between the KLs of steps 2 and 3 (a first run's) stops the run at step 3:
+    the state of step 2 is the one past the limit, set aside (it was kept as the last good one); the state of step 1
+    is the last good one. A rerun resumes from it, measures its KL under the limit again, and stops at step 3."""
+    from centralrl.rl.checkpoint import Progress, latest_state, restore
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
+    grpo = {"steps": 3, "learning_rate": 0.5}  # measured KLs: 0, 0.021, 5.8
+    budgets = {"three_steps": {"steps": 3}}  # not TOY's, which are all cut at step 2
+    free = _trainer(tiny_backbone, tmp_path / "free", ["conclusion"], grpo, {"max_kl": 1e9}, budgets=budgets)
+    progress = Progress([])
+    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", "key", always_signal, NullTracker())
+    kl = [row["kl"] for row in progress.history]
+    assert kl[0] == 0 < kl[1] < kl[2]  # step 1 starts from the start itself
+    max_kl = (kl[1] + kl[2]) / 2
+    state = tmp_path / "state"
+
+    for resumed in (None, state / "step-000001"):
+        trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, {"max_kl": max_kl}, budgets=budgets)
+        assert latest_state(state, "key") == resumed
+        progress = restore(trainer, resumed) if resumed else Progress([])
+        with pytest.raises(TrainingDiverged, match=r"diverged at step 3: kl to the starting policy") as stop:
+            run_steps(trainer.cfg, trainer, progress, state, "key", always_signal, NullTracker())
+        assert "set aside as past-max-kl-step-000002" in str(stop.value)
+        assert f"the last good state is {state / 'step-000001'};" in str(stop.value)
+        assert [p.name for p in sorted(state.glob("step-*"))] == ["step-000001"]
+        assert (state / "past-max-kl-step-000002" / "meta.json").is_file()  # kept for inspection
+        assert [row["kl"] for row in progress.history] == pytest.approx(kl)
+    assert progress.history[1]["kl"] < max_kl  # the rerun measured the kept state's KL: under the limit
 
 
 def test_without_a_kl_term_the_kl_is_measured_every_kl_every_steps_and_its_guard_stops_the_run(

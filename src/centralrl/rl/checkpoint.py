@@ -4,7 +4,9 @@ A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the op
 history, the budget cuts so far, the wall-clock spent, and the run's fingerprint (the params, inputs, code and
 machine that shaped it). No generator state: every draw of a step derives from (seed, step), the update's
 dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
-atomically and replaces the older steps. `latest_state` picks the newest complete state with the caller's
+atomically and replaces the older steps but the one before it: the KL the next step logs is that of this
+state's policy, and when it passes `train.health.max_kl` the run sets this state aside and the one before is the
+last good state (`centralrl.rl.health`). `latest_state` picks the newest complete state with the caller's
 fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
 resumed; `restore` loads one into a trainer. A budget's cut (`save_cut`) is a snapshot of the adapters, kept
 under `state_dir/cuts/<budget>/` until the run writes its outputs.
@@ -39,7 +41,8 @@ class Progress:
 
 
 def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
-    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove older steps."""
+    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove the steps older than
+    the one before it (kept for the KL monitor: the module's docstring)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
         save_adapters(trainer.policy.model, tmp / "adapters")
@@ -54,7 +57,7 @@ def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprin
                 "cuts": progress.cuts,
             },
         )
-    for old in sorted(state_dir.glob("step-*"))[:-1]:
+    for old in sorted(state_dir.glob("step-*"))[:-2]:
         shutil.rmtree(old)
 
 

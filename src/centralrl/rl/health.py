@@ -1,10 +1,30 @@
 """Collapse guards of a GRPO run: a step whose loss, reward, grad norm or KL is not finite, or whose KL to the
-starting policy passes `train.health.max_kl`, stops the run before its state is saved.
+starting policy passes `train.health.max_kl`, stops the run.
 
-The run (`centralrl.rl.run`) checks every step's metrics after logging them; a problem raises `TrainingDiverged`
-naming the step and the monitor. Nothing of the bad step is saved, so the newest saved state stays the last good
-one for inspection, and a rerun (`dvc repro`) resumes from it, never from the diverged state. Unstable GRPO is
-the most common complaint about Search-R1-style training (its issue #88); this is the guard Search-R1 lacks.
+The run (`centralrl.rl.run`) checks every step's metrics after logging them and before saving the step's state;
+a problem raises `TrainingDiverged` naming the step, the monitor and the last good state. Every metric of step k
+comes from its rollout and update, and both start from the policy saved after step k-1; which state is bad
+depends on the monitor:
+
+- loss, reward or grad norm not finite (`update_problem`): step k's update (the rewards are its input).
+  Applied, it would write non-finite weights, so nothing of step k is saved, and the newest state (the policy
+  the step started from when `checkpoint_every` is 1) is the last good one: its weights are finite, though its
+  forward may be what overflowed.
+- KL not finite or above `max_kl` (`kl_problem`): the policy step k started from. The KL is measured in the
+  update's first forward, before any of its optimizer steps (with `updates_per_rollout` > 1 it is the mean over
+  the passes, the later ones on the policy within the step), so the state saved after step k-1 is the one past
+  the limit: the run sets it aside as `past-max-kl-step-<k-1>` (kept for inspection, never resumed), and the
+  state saved before it (`centralrl.rl.checkpoint` keeps two for this) is the last good one. It is checked
+  first: with a KL term, an infinite KL makes the loss infinite too.
+- a reward collapse (`collapse_problem`): the policy of the last steps, every one of which scored 0. A
+  zero-reward step skips its update, so a state saved during those steps plays that policy; the newest state
+  is kept for inspection, not as a good one.
+
+A rerun with the same params (`dvc repro`) resumes from the newest state (`step-*`) and, as every draw derives
+from (seed, step), stops at the same step again; other params (a lower learning rate, another `max_kl`) change
+the run's fingerprint, and it starts from step 0. Unstable GRPO is the most common complaint about
+Search-R1-style training (its issue #88); this is the guard Search-R1 lacks.
+
 The KL is the k3 estimate over the step's trained tokens, measured every step when `kl_coef` > 0; with no KL term
 the reference forward is skipped, except every `train.health.kl_every` steps, where one no-grad reference forward
 measures the KL for this guard (a step without it has no "kl" metric, and only the finiteness monitors run).
@@ -24,28 +44,45 @@ import math
 
 from centralrl.errors import CentralRLError
 
-FINITE = ("loss", "reward_mean", "grad_norm", "kl")
+FINITE = ("loss", "reward_mean", "grad_norm")
 
 
 class TrainingDiverged(CentralRLError):
     """A step's metrics show the run has blown up; the run stops before saving that step."""
 
 
-def health_problem(metrics: dict[str, float], max_kl: float) -> str | None:
-    """What is wrong with a step's metrics, or None when they are healthy.
+def kl_problem(metrics: dict[str, float], max_kl: float) -> str | None:
+    """What the KL monitor finds in a step's metrics, or None when the KL is fine or was not measured: a KL that
+    is not finite or passes `max_kl`. It is the KL of the policy the step started from.
 
-    >>> health_problem({"loss": 0.1, "reward_mean": 0.2, "grad_norm": 1.0, "kl": 0.01}, max_kl=1.0) is None
+    >>> kl_problem({"kl": 0.01}, max_kl=1.0) is None
     True
-    >>> health_problem({"loss": float("nan"), "reward_mean": 0.2, "grad_norm": 1.0, "kl": 0.0}, max_kl=1.0)
+    >>> kl_problem({"kl": 3.0}, max_kl=1.0)
+    'kl to the starting policy 3 passed train.health.max_kl (1.0)'
+    >>> kl_problem({"loss": float("inf"), "kl": float("inf")}, max_kl=1.0)
+    'kl is inf'
+    >>> kl_problem({"loss": 0.1}, max_kl=1.0) is None  # not measured at this step
+    True
+    """
+    kl = metrics.get("kl", 0.0)
+    if not math.isfinite(kl):
+        return f"kl is {kl}"
+    if kl > max_kl:
+        return f"kl to the starting policy {kl:.4g} passed train.health.max_kl ({max_kl})"
+    return None
+
+
+def update_problem(metrics: dict[str, float]) -> str | None:
+    """What is wrong with a step's update, or None: its loss, mean reward or grad norm is not finite.
+
+    >>> update_problem({"loss": 0.1, "reward_mean": 0.2, "grad_norm": 1.0}) is None
+    True
+    >>> update_problem({"loss": float("nan"), "reward_mean": 0.2, "grad_norm": 1.0})
     'loss is nan'
-    >>> health_problem({"loss": 0.1, "reward_mean": 0.2, "grad_norm": 1.0}, max_kl=1.0) is None  # KL not measured
-    True
     """
     for key in FINITE:
         if key in metrics and not math.isfinite(metrics[key]):
             return f"{key} is {metrics[key]}"
-    if metrics.get("kl", 0.0) > max_kl:
-        return f"kl to the starting policy {metrics['kl']:.4g} passed train.health.max_kl ({max_kl})"
     return None
 
 

@@ -50,7 +50,7 @@ from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
 from centralrl.rl.dev import dev_keys, dev_scores, split_dev
-from centralrl.rl.health import TrainingDiverged, collapse_problem, health_problem
+from centralrl.rl.health import TrainingDiverged, collapse_problem, kl_problem, update_problem
 from centralrl.rl.trainer import Trainer, fixed_pool
 from centralrl.schema import read_questions
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
@@ -300,25 +300,49 @@ def run_steps(
         if log:
             g = cfg.train.grpo
             log(step_line(trainer.step, g.steps, g.group_size, metrics, timing["step_seconds"]))
-        _stop_if_diverged(cfg, metrics, progress.history, trainer.step, state)
+        _stop_if_diverged(cfg, metrics, progress.history, trainer.step, state, trainer.world.is_main)
         cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
         if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
             phases.checkpoint(trainer, state, progress, key)
 
 
-def _stop_if_diverged(cfg: Config, metrics: dict[str, float], history: list[dict], step: int, state: Path) -> None:
+def _stop_if_diverged(
+    cfg: Config, metrics: dict[str, float], history: list[dict], step: int, state: Path, is_main: bool
+) -> None:
+    """Raise `TrainingDiverged` when a monitor (`centralrl.rl.health`) finds a problem at `step`, naming the last
+    good state. The KL is that of the policy the step started from, so the KL monitor also sets aside the state
+    saved after the step before (the main process moves it out of `step-*`: never resumed)."""
     health = cfg.train.health
-    problem = health_problem(metrics, health.max_kl) or collapse_problem(
-        history, health.dead_questions, cfg.train.grpo.questions_per_step
-    )
-    if problem:
-        kept = sorted(state.glob("step-*"))
-        raise TrainingDiverged(
-            f"training diverged at step {step}: {problem}; nothing of this step was saved, the last good state "
-            f"is {kept[-1] if kept else 'none (the first step diverged)'}; lower train.grpo.learning_rate or "
-            f"check the step's metrics in MLflow"
+    kl = kl_problem(metrics, health.max_kl)
+    update = update_problem(metrics)
+    problem = kl or update or collapse_problem(history, health.dead_questions, cfg.train.grpo.questions_per_step)
+    if not problem:
+        return
+    saved = sorted(state.glob("step-*"))
+    why = "nothing of this step was saved"
+    if kl:
+        why = "the KL is measured before this step's update, so it is that of the policy the step started from"
+        judged = state / f"step-{step - 1:06d}"
+        if judged in saved:
+            saved.remove(judged)
+            aside = state / f"past-max-kl-{judged.name}"
+            if is_main:
+                shutil.rmtree(aside, ignore_errors=True)  # left by an earlier run that stopped here
+                judged.rename(aside)
+            why += f": {judged.name}, now set aside as {aside.name} (never resumed)"
+    newest = saved[-1] if saved else "none (a rerun starts from step 0)"
+    if kl or update:
+        kept = f"{why}; the last good state is {newest}"
+    else:
+        kept = (
+            f"the newest state, {newest}, is kept for inspection: the zero-reward steps skipped their updates, so a "
+            f"state saved during them plays the policy that scored 0"
         )
+    raise TrainingDiverged(
+        f"training diverged at step {step}: {problem}; {kept}; lower train.grpo.learning_rate or check the step's "
+        f"metrics in MLflow"
+    )
 
 
 def train_cell(
