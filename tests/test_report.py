@@ -77,3 +77,17 @@ def test_the_movement_table_says_calls_are_summed_and_shares_averaged_unweighted
     assert (
         "| main | equal_steps | joint | central | 40 | s0: 10%; s1: 50% | s0: 0.01; s1: 0.01 | 30% | 0.01 |" in table
     )
+
+
+def test_a_claim_whose_arms_were_not_published_prints_no_published_difference(tmp_path):
+    # a claim may name arms the paper did not publish (compare.published_difference: None): the table's published
+    # column says "-" for it rather than looking the arms up in PUBLISHED
+    result = _comparison(write_params(tmp_path, {"seeds": [0, 1]}))
+    result["claim"] = ["central_only", "joint_lr2"]
+    for cut in result["backbones"]["main"]["budgets"].values():
+        cut["arms"]["joint_lr2"] = cut["arms"].pop("joint")
+        for claim in cut["claim"].values():
+            claim["power"] |= {"published": None, "detectable": None}
+    table = "\n".join(verdict_section(result))
+    assert "| main | equal_steps (steps 2) | F1 | 40 x 2 | 50.00 | 25.00 | s0: 25.00 [" in table
+    assert all(line.endswith("| - |") for line in table.splitlines() if line.startswith("| main |"))

@@ -73,13 +73,11 @@ def verdict_section(result: dict) -> list[str]:
                     f"s{seed}: {_ci(d['macro'])}, p={d['p_value']:.3f}" for seed, d in claim["seeds"].items()
                 )
                 means = [cut["arms"][arm]["spread"][metric]["mean"] for arm in (first, second)]
-                published = PUBLISHED[metric]
                 lines.append(
                     f"| {backbone} | {budget} ({_budget_text(cut['budget'])}) | {NAMES[metric]} "
                     f"| {claim['power']['questions']} x {len(claim['seeds'])} | {means[0]:.2f} "
                     f"| {means[1]:.2f} | {seeds} | **{claim['verdict']}** | {_mde(claim['power'])} "
-                    f"| {published[first]:.2f} - {published[second]:.2f} "
-                    f"= {published[first] - published[second]:+.2f} |"
+                    f"| {_published(metric, first, second, claim['power']['published'])} |"
                 )
     lines += [
         "",
@@ -95,6 +93,15 @@ def verdict_section(result: dict) -> list[str]:
         *movement_notes(result),
     ]
     return lines
+
+
+def _published(metric: str, first: str, second: str, difference: float | None) -> str:
+    """The published scores of the claim's arms and their difference; "-" when these arms were not published
+    (`compare.published_difference` is None: a claim may name arms the paper did not run)."""
+    if difference is None:
+        return "-"
+    published = PUBLISHED[metric]
+    return f"{published[first]:.2f} - {published[second]:.2f} = {difference:+.2f}"
 
 
 def _mde(power: Mapping) -> str:
