@@ -292,6 +292,49 @@ def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde_and_blocks
         assert "seed 1 has no spread and a difference of +0.00, so the verdict rule" in note
 
 
+def test_each_seeds_rule_mde_adds_how_training_varies_over_seeds_by_hand(smoke_params):
+    # 40 questions, b = 0. Seed 0: a = 100 on every other question (difference 50, SE sqrt(2500 / 40) = 7.91);
+    # seed 1: on every 4th (25, SE sqrt(1875 / 40) = 6.85). The seeds' differences spread by s = std([50, 25],
+    # ddof 1) = 17.68: a seed's own true difference varies with training by that much, which its bootstrap over
+    # the questions (the model fixed) does not see. The verdict rule asks both seeds at power 0.8^(1/2) = 0.894
+    # (z = 1.2504): seed 0 needs 1.9600 x 7.91 + 1.2504 x sqrt(7.91^2 + 17.68^2) = 15.50 + 24.21 = 39.7,
+    # not (1.9600 + 1.2504) x 7.91 = 25.4 as if every seed trained to the same model.
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    a = {0: _records([i % 2 for i in range(40)]), 1: _records([float(i % 4 == 0) for i in range(40)])}
+    b = {seed: _records([0.0] * 40) for seed in (0, 1)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    seed = result["seeds"][0]
+    assert seed["se"] == pytest.approx(math.sqrt(2500 / 40), rel=0.05)
+    assert seed["rule_mde"] == pytest.approx(1.959964 * seed["se"] + 1.250421 * math.hypot(seed["se"], 25 / 2**0.5))
+    assert seed["rule_mde"] == pytest.approx(39.7, rel=0.05)
+    assert result["sd_seeds"] == pytest.approx(25 / math.sqrt(2), abs=1e-9)
+
+
+def test_seeds_that_spread_too_much_leave_the_published_difference_undetectable_however_many_questions(smoke_params):
+    # 6 seeds of 4000 questions, a - b = 100 on the first k questions (k = 40 ... 200): differences 1, 2, 2.5, 3.5,
+    # 4 and 5, spread s = 1.45 (ddof 1). The seed-averaged difference would see +2.43 (SE sqrt(0.2^2 + (s / sqrt
+    # 6)^2) = 0.63, MDE 1.8), and each seed's question SE is at most 0.35, so at 0.8^(1/6) (z = 1.7927) a seed
+    # held fixed would need 3.75 x 0.35 = 1.3. But all six seeds' intervals must exclude 0 while each seed's own
+    # difference spreads by s: 1.7927 x s = 2.6 > 2.43 even at no question noise, so neither this experiment nor
+    # any number of questions detects +2.43 (the chance that all six seeds pass at +2.43 is about 0.54).
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    ks = (40, 80, 100, 140, 160, 200)
+    a = {seed: _records([float(i < k) for i in range(4000)]) for seed, k in enumerate(ks)}
+    b = {seed: _records([0.0] * 4000) for seed in range(len(ks))}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert [round(d["difference"], 9) for d in result["seeds"].values()] == [1.0, 2.0, 2.5, 3.5, 4.0, 5.0]
+    assert result["mde"] < 2.43 and max(d["rule_mde"] for d in result["seeds"].values()) > 2.43
+    assert result["detectable"] is False and result["questions_needed"] is None
+    note = _notes(result)[0]
+    assert "could not have detected the published +2.43" in note and "test questions in the same mix" not in note
+    assert "For the verdict rule more test questions would not help at any number of seeds" in note, note
+    assert "varies with training by the seeds' SD of 1.45" in note and "only with an SD of 1.36 at most" in note
+
+
 def test_arms_that_answer_alike_size_no_test(smoke_params):
     # every paired difference 0: the bootstrap SE is 0, which sizes no test (an MDE of 0 would claim anything is seen)
     from centralrl.compare import power

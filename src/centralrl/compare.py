@@ -7,9 +7,9 @@ claim's two arms, per seed: the paired difference over the same questions (paire
 permutation p-value) and the spread of the per-seed differences. The verdict rule is `stats.VERDICT_RULE`,
 applied at every budget (equal steps, equal trained tokens, ...), beside the published numbers, with the
 minimum detectable difference (MDE) of the seed-averaged paired difference at `compare.power` and alpha =
-1 - `compare.level` (`stats.minimum_detectable_difference`; its SE adds the seeds' spread to the questions'
-bootstrap), per seed at the power the verdict rule needs (every seed's own interval must exclude 0), and whether
-the published difference is at least both (`power`).
+1 - `compare.level` (`stats.detectable_difference`; its SE adds the seeds' spread to the questions'
+bootstrap), per seed at the power the verdict rule needs (every seed's own interval must exclude 0, and each
+seed's own difference varies with training), and whether the published difference is at least both (`power`).
 
 Per arm and budget, how far each role moved from the start (the evaluate stage's movement files) and the seeds
 in which the arm's trained sub-agents changed no greedy output at all: there the arm's sub-agents are still the
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from statistics import NormalDist
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from centralrl.errors import DataError
 from centralrl.stats import (
     VERDICT_RULE,
     Interval,
+    detectable_difference,
     macro_bootstrap_ci,
     macro_mean,
     minimum_detectable_difference,
@@ -175,16 +177,23 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       model fixed; `se_seeds` = sqrt(var(seed differences) / S) (ddof 1) adds how much training itself varies
       over seeds, which the claim is about. Conservative: that variance also holds part of the question noise.
       With one seed it is unmeasured (None) and the MDE holds the model fixed.
-    - `seeds[s]`: each seed's `difference`, `se` and `mde`, and `rule_mde` at power `rule_power` = power^(1/S):
-      the verdict rule asks all S seeds' intervals to exclude 0, which independent seeds with that power each do
-      together with probability `compare.power` (seeds answering the same questions do so more often).
+    - `seeds[s]`: each seed's `difference`, `se` and `mde` (its trained model fixed), and `rule_mde` at power
+      `rule_power` = power^(1/S): the verdict rule asks all S seeds' intervals to exclude 0, which independent
+      seeds with that power each do together with probability `compare.power` (seeds answering the same
+      questions do so more often). A seed's test sees only its SE over the questions, but its own difference also
+      varies with training by `sd_seeds`, the SD (ddof 1) of the kept seeds' differences (not divided by S):
+      `rule_mde` = z_{1-alpha/2} * se + z_rule_power * sqrt(se^2 + sd_seeds^2) (`stats.detectable_difference`).
+      With one kept seed `sd_seeds` is None and `rule_mde` holds the trained model fixed.
     - `detectable`: the published difference is at least the pooled MDE and every seed's `rule_mde`, and no
       seed is decided against it without spread (below).
     - `questions_needed`: for planning, the test questions (in the same mix, at the same seeds) at which both the
       pooled MDE and every kept seed's `rule_mde` reach the published difference (`stats.questions_to_detect`:
-      the question SEs shrink as 1/sqrt(questions), the seeds' SE stays); None when the seeds' SE alone exceeds
-      `needed_se`, the SE at which the pooled MDE equals the published difference (then more seeds would; more
-      questions shrink only the part of the seeds' spread that is question noise).
+      the question SEs shrink as 1/sqrt(questions), the seeds' terms stay). None when no number of questions
+      would: when the seeds' SE alone exceeds `needed_se`, the SE at which the pooled MDE equals the published
+      difference (then more seeds would), or when `sd_seeds` alone is at least `needed_sd`, |published| /
+      z_rule_power (a seed's own difference then misses the published one too often, however many questions;
+      more seeds would not help, as each must pass). More questions shrink only the part of the seeds' spread
+      that is question noise, so both are planning figures, not bounds.
 
     A standard error of 0 (every question's difference the same, e.g. two arms that answer alike) sizes no test:
     its MDE is None rather than 0. Such a seed is left out of the pooled MDE (`pooled_seeds` lists the seeds
@@ -200,18 +209,20 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         pairs = [groups[seed] for seed in seeds]
         return paired_difference_se([x for x, _ in pairs], [y for _, y in pairs], seed=c.seed, resamples=c.resamples)
 
-    def mde(se: float, power: float = c.power) -> float | None:
-        return minimum_detectable_difference(se, level=c.level, power=power) if se else None
+    def mde(se: float, **seeds: float) -> float | None:
+        return detectable_difference(se, level=c.level, **{"power": c.power} | seeds) if se else None
 
     seeds = {}
     for seed, (x, y) in groups.items():
         se = question_se([seed])
         seeds[seed] = {"difference": macro_mean(x) - macro_mean(y), "se": se, "mde": mde(se)}
-        seeds[seed]["rule_mde"] = mde(se, rule_power)
     kept = [seed for seed in a if seeds[seed]["se"]]
     se_questions = question_se(kept) if kept else 0.0
     differences = [seeds[seed]["difference"] for seed in kept]
-    se_seeds = float(np.std(differences, ddof=1) / np.sqrt(len(kept))) if len(kept) > 1 else None
+    sd_seeds = float(np.std(differences, ddof=1)) if len(kept) > 1 else None
+    se_seeds = float(sd_seeds / np.sqrt(len(kept))) if sd_seeds is not None else None
+    for d in seeds.values():
+        d["rule_mde"] = mde(d["se"], spread=sd_seeds or 0.0, power=rule_power)
     se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
     questions = len(next(iter(a.values())))
@@ -225,6 +236,7 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         "se": se,
         "se_questions": se_questions,
         "se_seeds": se_seeds,
+        "sd_seeds": sd_seeds,
         "mde": mde(se),
         "rule_power": rule_power,
         "seeds": seeds,
@@ -233,7 +245,7 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         "published": published,
         "detectable": _detectable(published, mde(se), seeds, blocked),
         **_questions_needed(
-            c, published, questions, (se_questions, se_seeds), [seeds[s]["se"] for s in kept], rule_power
+            c, published, questions, (se_questions, se_seeds), [seeds[s]["se"] for s in kept], sd_seeds, rule_power
         ),
     }
 
@@ -244,18 +256,25 @@ def _questions_needed(
     questions: int,
     pooled_ses: tuple[float, float | None],
     seed_ses: Sequence[float],
+    sd_seeds: float | None,
     rule_power: float,
 ) -> dict:
-    """`needed_se` and `questions_needed` of `power` (both None without a published difference or a spread).
-    `pooled_ses`: the pooled (questions, seeds) SEs; `seed_ses`: each kept seed's SE over questions."""
+    """`needed_se`, `needed_sd` and `questions_needed` of `power` (all None without a published difference or a
+    spread). `pooled_ses`: the pooled (questions, seeds) SEs; `seed_ses`: each kept seed's SE over questions;
+    `sd_seeds`: the kept seeds' differences' SD (None for one seed: its model held fixed)."""
     se_questions, se_seeds = pooled_ses
     if published is None or not se_questions:
-        return {"needed_se": None, "questions_needed": None}
-    pooled = questions_to_detect(published, se_questions, questions, se_seeds, level=c.level, power=c.power)
-    each = [questions_to_detect(published, se, questions, level=c.level, power=rule_power) for se in seed_ses]
+        return {"needed_se": None, "needed_sd": None, "questions_needed": None}
+    pooled = questions_to_detect(published, se_questions, questions, se_seeds=se_seeds, level=c.level, power=c.power)
+    each = [
+        questions_to_detect(published, se, questions, spread=sd_seeds, level=c.level, power=rule_power)
+        for se in seed_ses
+    ]
+    z_rule = NormalDist().inv_cdf(rule_power)
     return {
         "needed_se": abs(published) / minimum_detectable_difference(1.0, level=c.level, power=c.power),
-        "questions_needed": None if pooled is None else max(pooled, *each),
+        "needed_sd": abs(published) / z_rule if sd_seeds is not None and z_rule > 0 else None,
+        "questions_needed": None if pooled is None or None in each else max(pooled, *each),
     }
 
 

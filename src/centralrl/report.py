@@ -86,8 +86,11 @@ def verdict_section(result: dict) -> list[str]:
         f"{result['power']:.0%}, (z_(1-alpha/2) + z_power) x SE. SE: of the difference averaged over the seeds, "
         "sqrt(SE_questions^2 + s_seeds^2 / S): the paired bootstrap's over the questions, plus how the seeds' own "
         "differences spread, since the claim is about training, which varies by seed. In parentheses: what each "
-        "seed alone needs, as the verdict rule asks every seed's interval to exclude 0: its own SE at power "
-        f"{result['power']:.0%}^(1/S), so that all S seeds succeed together with probability {result['power']:.0%}.",
+        "seed alone needs, as the verdict rule asks every seed's interval to exclude 0, at power "
+        f"{result['power']:.0%}^(1/S), so that all S seeds succeed together with probability {result['power']:.0%}: "
+        "z_(1-alpha/2) x its own SE over the questions (what its test sees) + z_(power^(1/S)) x sqrt(SE^2 + "
+        "s_seeds^2), as its own difference also varies with training by the seeds' SD s_seeds (with one seed, "
+        "unmeasured: the seed's trained model held fixed).",
         "",
         *power_notes(result),
         *movement_notes(result),
@@ -151,7 +154,8 @@ def _detection(power: Mapping) -> str:
     verb = "could" if power["detectable"] else "could not"
     opening = f"this experiment {verb} have detected the published {published:+.2f}: "
     if mde > abs(published) or power["detectable"]:
-        rule = f"; each seed alone, as the verdict rule asks, needs {worst:.2f}" if len(seeds) > 1 and worst else ""
+        alone = len(seeds) > 1 and worst
+        rule = f"; each seed alone, as the verdict rule asks, needs {_seed_alone(power, worst)}" if alone else ""
         return opening + f"its minimum detectable difference at {size} is {mde:.2f}{rule}." + _planning(power)
     if against:
         return opening + (
@@ -161,22 +165,46 @@ def _detection(power: Mapping) -> str:
         )
     return opening + (
         f"the seed-averaged difference's minimum detectable difference at {size} is {mde:.2f}, but the verdict rule "
-        f"asks every seed's interval to exclude 0, and a seed alone needs {worst:.2f}." + _planning(power)
+        f"asks every seed's interval to exclude 0, and a seed alone needs {_seed_alone(power, worst)}."
+        + _planning(power)
     )
+
+
+def _seed_alone(power: Mapping, rule_mde: float) -> str:
+    """A seed's rule MDE and what it holds: the seeds' spread of their own differences, or, with one seed kept,
+    the trained model fixed (no spread over seeds to measure)."""
+    if power["sd_seeds"] is None:
+        return f"{rule_mde:.2f} (its trained model held fixed: one seed measures no spread over seeds)"
+    return f"{rule_mde:.2f} (its own difference varying with training by the seeds' SD of {power['sd_seeds']:.2f})"
 
 
 def _planning(power: Mapping) -> str:
     """What would have detected the published difference that this experiment could not: how many test questions,
-    or, when the seeds' spread alone is too large for any number, more seeds (`compare.power`)."""
+    or that no number would: for the seed-averaged difference while the seeds' SE is too large (more seeds
+    would), for the verdict rule while each seed's own difference spreads too much over training (more seeds would
+    not: each must pass) (`compare.power`)."""
     if power["detectable"] or power["needed_se"] is None:
         return ""
     seeds = len(power["pooled_seeds"])
     if power["questions_needed"] is None:
-        return (
+        pooled = power["se_seeds"] is not None and power["se_seeds"] >= power["needed_se"]
+        rule = power["needed_sd"] is not None and power["sd_seeds"] >= power["needed_sd"]
+        text = (
             f" At {seeds} seeds more test questions alone would not, while the seeds' differences spread as here: "
             f"their spread leaves a standard error of {power['se_seeds']:.2f} (part of it question noise, which "
             f"more questions would shrink), and the published difference needs {power['needed_se']:.2f} at most."
+            if pooled
+            else ""
         )
+        if rule:
+            text += (
+                " For the verdict rule more test questions would not help at any number of seeds: it asks every "
+                "seed's interval to exclude 0, and each seed's own difference varies with training by the seeds' SD "
+                f"of {power['sd_seeds']:.2f} (part of it question noise), while a seed at power "
+                f"{power['rule_power']:.3f} clears the published difference only with an SD of "
+                f"{power['needed_sd']:.2f} at most; more seeds would not help, as each must pass."
+            )
+        return text
     return (
         f" About {power['questions_needed']:,} test questions in the same mix (here {power['questions']}) would, "
         f"at these {seeds} seeds."

@@ -18,9 +18,13 @@ seed (`numpy.random.default_rng(seed)`):
   paired difference (questions resampled with the same indices for both arms and every seed) and the smallest
   true difference a two-sided test at level `level` finds with probability `power`, (z_{1-alpha/2} + z_power) * SE
   (the normal approximation of a power analysis; about 2.80 * SE at alpha 0.05 and power 0.8).
+- `detectable_difference`: the same with the seeds' part: of the seed-averaged difference (`se_seeds`, in the
+  test and the estimate), or the `spread` of one seed's own difference over training, which its test over the
+  questions (the seed's trained model fixed) does not see but its estimate carries: z_{1-alpha/2} * SE_test +
+  z_power * SE_estimate.
 - `questions_to_detect`: the number of questions at which that difference reaches a target, the questions'
   standard error shrinking as 1/sqrt(questions) and the seeds' part of it held (None when that part alone is
-  too large: then no number of questions would do, only more seeds).
+  too large: then no number of questions would do).
 
 Percentile intervals use `np.quantile` (linear method) at (1 - level)/2 and 1 - (1 - level)/2.
 """
@@ -255,33 +259,78 @@ def minimum_detectable_difference(se: float, *, level: float = 0.95, power: floa
     >>> round(minimum_detectable_difference(1.0), 4)  # 1.9600 + 0.8416
     2.8016
     """
-    if not 0 < level < 1 or not 0 < power < 1:
-        raise ValueError(f"level and power must be in (0, 1), got {level} and {power}")
     if not se >= 0:
         raise ValueError(f"se must be >= 0, got {se}")
+    return sum(_z(level, power)) * se
+
+
+def _z(level: float, power: float) -> tuple[float, float]:
+    """(z_{1 - alpha/2}, z_power), alpha = 1 - level."""
+    if not 0 < level < 1 or not 0 < power < 1:
+        raise ValueError(f"level and power must be in (0, 1), got {level} and {power}")
     z = NormalDist().inv_cdf
-    return (z(1 - (1 - level) / 2) + z(power)) * se
+    return z(1 - (1 - level) / 2), z(power)
+
+
+def detectable_difference(
+    se: float, *, se_seeds: float = 0.0, spread: float = 0.0, level: float = 0.95, power: float = 0.8
+) -> float:
+    """z_{1 - alpha/2} * sqrt(se^2 + se_seeds^2) + z_power * sqrt(se^2 + se_seeds^2 + spread^2), alpha = 1 - level:
+    the true difference that a two-sided test at alpha finds with probability `power` when the test's standard
+    error is sqrt(se^2 + se_seeds^2) and the estimate varies around the true difference by that and `spread` too.
+
+    `se`: over the questions; `se_seeds`: how the seeds' mean varies with training, in the test and the estimate
+    (a test of the seed-averaged difference that is about training); `spread`: how one seed's own difference
+    varies with training, which its test over the questions (its trained model fixed) does not see. With neither,
+    `minimum_detectable_difference(se)`.
+
+    >>> round(detectable_difference(3.0, spread=4.0), 4)  # 1.9600 x 3 + 0.8416 x sqrt(3^2 + 4^2)
+    10.088
+    >>> round(detectable_difference(3.0, se_seeds=4.0), 4) == round(minimum_detectable_difference(5.0), 4)
+    True
+    """
+    if not se >= 0 or not se_seeds >= 0 or not spread >= 0:
+        raise ValueError(f"se, se_seeds and spread must be >= 0, got {se}, {se_seeds} and {spread}")
+    null, (z_alpha, z_power) = math.hypot(se, se_seeds), _z(level, power)
+    return z_alpha * null + z_power * math.hypot(null, spread)
 
 
 def questions_to_detect(
     target: float,
     se_questions: float,
     questions: int,
-    se_seeds: float | None = None,
     *,
+    se_seeds: float | None = None,
+    spread: float | None = None,
     level: float = 0.95,
     power: float = 0.8,
 ) -> int | None:
-    """Questions at which the minimum detectable difference reaches |`target`|: the SE over questions is
-    `se_questions` at `questions` and shrinks as 1/sqrt(questions); the seeds' `se_seeds` (None: not measured)
-    stays. None when `se_seeds` alone leaves no room: no number of questions would reach the target.
+    """The fewest questions (in the same mix) at which `detectable_difference` reaches |`target`|: the SE over
+    questions is `se_questions` at `questions` and shrinks as 1/sqrt(questions); the seeds' `se_seeds` and
+    `spread` (None: not measured) stay. None when they alone leave no room, z_{1-alpha/2} * se_seeds + z_power *
+    sqrt(se_seeds^2 + spread^2) >= |target|: no number of questions would reach the target.
 
     >>> questions_to_detect(2 * minimum_detectable_difference(1.0), 4.0, 24)  # SE 4 -> 2: 4x the questions
     96
     >>> questions_to_detect(2.43, 4.0, 24, se_seeds=1.0) is None  # 2.43 needs SE <= 0.87; the seeds give 1.0
     True
+    >>> questions_to_detect(2.43, 4.0, 24, spread=2.0, power=0.93) is None  # z_0.93 = 1.48 x 2 > 2.43
+    True
     """
     if not se_questions > 0 or questions < 1:
         raise ValueError(f"se_questions must be > 0 and questions >= 1, got {se_questions} and {questions}")
-    allowed = (abs(target) / minimum_detectable_difference(1.0, level=level, power=power)) ** 2 - (se_seeds or 0) ** 2
-    return math.ceil(questions * se_questions**2 / allowed - 1e-9) if allowed > 0 else None
+    seeds = {"se_seeds": se_seeds or 0.0, "spread": spread or 0.0, "level": level, "power": power}
+
+    def reached(count: int) -> bool:
+        return detectable_difference(se_questions * math.sqrt(questions / count), **seeds) <= abs(target) + 1e-9
+
+    limit = detectable_difference(0.0, **seeds)  # infinitely many questions
+    if limit >= abs(target):
+        return None
+    low, high = 0, 1  # not reached at `low` (0: none asked), reached at `high`
+    while not reached(high):
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if reached(middle) else (middle, high)
+    return high
