@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
+
+import numpy as np
 
 import pytest
 
@@ -15,11 +18,14 @@ from centralrl.stats import (
     bootstrap_ci,
     macro_bootstrap_ci,
     macro_mean,
+    detectable_difference,
     minimum_detectable_difference,
     paired_difference_ci,
     paired_difference_se,
     paired_permutation_pvalue,
     seed_spread,
+    sign_flip_terms,
+    sign_flip_threshold,
     verdict,
 )
 
@@ -164,6 +170,58 @@ def test_minimum_detectable_difference_is_z_half_alpha_plus_z_power_times_se():
         minimum_detectable_difference(1.0, power=1.0)
 
 
+def test_the_mde_of_the_sign_flip_test_by_hand():
+    # the sign-flip test's null spread is sqrt(SE^2 + T^2 / m) (the differences, not centred), so it rejects from
+    # t solving t - w = z sqrt(SE^2 + t^2 / m): t = (w + sqrt(c w^2 + (1 - c) z^2 SE^2)) / (1 - c), c = z^2 / m.
+    # SE 1, m 24, w 0.5: c = 1.959964^2 / 24 = 0.160061; sqrt(0.160061 x 0.25 + 0.839939 x 3.841459) = 1.807376;
+    # t = (0.5 + 1.807376) / 0.839939 = 2.747075; MDE = t + z_0.8 = 2.747075 + 0.841621 = 3.588696
+    assert sign_flip_threshold(1.0, 24, 0.5) == pytest.approx(2.747075, abs=1e-5)
+    assert detectable_difference(1.0, questions=24, step=0.5) == pytest.approx(3.588696, abs=1e-5)
+    # no step: t = z / sqrt(1 - c) = 1.959964 / 0.916482 = 2.138573, MDE 2.980194 (the textbook: 2.801585)
+    assert detectable_difference(1.0, questions=24) == pytest.approx(2.980194, abs=1e-5)
+    # the seeds' spread goes to the power part only: 2.138573 + 0.841621 x sqrt(1 + 2^2) = 4.020494
+    assert detectable_difference(1.0, questions=24, spread=2.0) == pytest.approx(4.020494, abs=1e-5)
+    # 5 questions: the most extreme sign pattern has p = 2 / 2^5 = 0.0625 > 0.05; nothing is detectable
+    assert sign_flip_threshold(1.0, 5) is None and detectable_difference(1.0, questions=5) is None
+    assert sign_flip_threshold(1.0, 6) is not None  # 2 / 64 = 0.031
+    # v_i = d_i / (K n_i): x [100, 0] / (2 x 2) -> 25, 0; y [0, 0, 0, -100] / (2 x 4) -> 12.5 (absolute) -> w 18.75;
+    # m = 1 / sum v-weights^2 = 1 / (2 / 16 + 4 / 64) = 5.33 (= K^2 / (1/2 + 1/4))
+    terms = sign_flip_terms([{"x": [100, 0], "y": [0, 0, 0, -100]}], [{"x": [0, 0], "y": [0, 0, 0, 0]}])
+    assert terms == pytest.approx((16 / 3, 18.75))
+
+
+@pytest.mark.parametrize("questions", [24, 40])
+def test_the_sign_flip_threshold_is_the_exact_tests_for_0_1_scores(questions):
+    # P questions better and M worse by 100, the rest equal, in two benchmarks of one size: the sign-flip test is a
+    # sign test, and its estimate reaches the threshold exactly when its p-value is at most 0.05
+    for better in range(1, 13):
+        for worse in range(3):
+            d = [100.0] * better + [-100.0] * worse + [0.0] * (questions - better - worse)
+            a, b = {"x": d[0::2], "y": d[1::2]}, {"x": [0.0] * (questions // 2), "y": [0.0] * (questions // 2)}
+            se = math.sqrt(sum(statistics.pvariance(v) / len(v) for v in a.values())) / 2
+            threshold = sign_flip_threshold(se, *sign_flip_terms([a], [b]))
+            rejects = paired_permutation_pvalue(a, b, seed=0, permutations=20000) <= 0.05
+            assert (macro_mean(a) >= threshold - 1e-9) is rejects, (better, worse, macro_mean(a), threshold)
+
+
+def test_the_verdict_rule_passes_with_the_stated_power_at_its_mde():
+    # the reviewer's check (the textbook MDE gave 0.55-0.64 here): one seed of 2 x 12 questions, each 100 better
+    # with probability p+, 100 worse with 0.05; p+ such that the true difference is the MDE at its own SE. The rule
+    # (interval above 0 and sign-flip p <= 0.05) then passes with probability about 0.83 (0.80 asked)
+    rng, n, worse = np.random.default_rng(0), 12, 0.05
+    for better in np.linspace(0.06, 0.99, 931):
+        mean, var = 100 * (better - worse), 1e4 * (better + worse) - (100 * (better - worse)) ** 2
+        if mean >= detectable_difference(math.sqrt(var / (2 * n)), questions=2 * n, step=100 / (2 * n)):
+            break
+    passed = 0
+    for _ in range(400):
+        a = {k: rng.choice([100.0, -100.0, 0.0], p=[better, worse, 1 - better - worse], size=n) for k in "xy"}
+        b = {k: np.zeros(n) for k in "xy"}
+        interval = paired_difference_ci(a, b, seed=0, resamples=1000)
+        passed += interval.low > 0 and paired_permutation_pvalue(a, b, seed=0, permutations=2000) <= 0.05
+    assert 0.75 <= passed / 400 <= 0.92, (better, passed / 400)
+
+
 def test_paired_se_and_mde_of_one_seed_by_hand():
     # d = a - b = [100, 0, 100, 0]: the bootstrap mean of 4 draws has variance var0(d) / n = 2500 / 4, SE 25
     a, b = {"x": [100, 0, 100, 0]}, {"x": [0, 0, 0, 0]}
@@ -202,17 +260,20 @@ def _notes(result) -> list[str]:
 @pytest.mark.parametrize(
     ("questions", "seeds", "detectable", "why"),
     [
-        (40, 2, False, "its minimum detectable difference at 40 questions x 2 seeds is 22.19"),
-        (4000, 3, False, "a seed alone needs 2.70"),  # pooled 2.22 would see +2.43, the verdict rule's seeds not
-        (6000, 2, True, "its minimum detectable difference at 6000 questions x 2 seeds is 1.81"),
+        (40, 2, False, "its minimum detectable difference at 40 questions x 2 seeds is 25.74"),
+        (4000, 3, False, "a seed alone needs 2.73"),  # pooled 2.24 would see +2.43, the verdict rule's seeds not
+        (6000, 2, True, "its minimum detectable difference at 6000 questions x 2 seeds is 1.83"),
     ],
 )
 def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detectable(
     smoke_params, questions, seeds, detectable, why
 ):
     # a - b is 100 on every other question, 0 elsewhere, alike in every seed: SE = sqrt(2500 / n) pooled and per
-    # seed, so MDE = 2.80 x SE pooled; the verdict rule asks each of S seeds for power 0.8^(1/S): 3.21 x SE at S = 2
-    # (2.54 at 4000), 3.42 x SE at S = 3 (2.70 at 4000)
+    # seed (no spread over seeds). The sign-flip test rejects from t = (w + sqrt(c w^2 + (1 - c) z^2 SE^2)) / (1 - c),
+    # c = 1.96^2 / n, w = 100 / n (its half step): at 40 questions SE 7.91, c 0.0960, w 2.5, t 19.09, and the
+    # MDE t + 0.8416 x SE = 25.74 (the textbook 2.80 x SE, 22.15, only at many questions: 2.24 at 4000, 1.83 at
+    # 6000). The verdict rule asks each of S seeds for power 0.8^(1/S): t + 1.2504 x SE at S = 2 (2.09 at 6000),
+    # t + 1.4634 x SE at S = 3 (2.73 at 4000)
     from centralrl.compare import power
     from centralrl.config import load_config
 
@@ -220,7 +281,7 @@ def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detec
     b = {seed: _records([0.0] * questions) for seed in range(seeds)}
     result = power(load_config(smoke_params), a, b, "f1")
     assert result["se_seeds"] == 0.0 and result["rule_power"] == pytest.approx(0.8 ** (1 / seeds))
-    assert result["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / questions), rel=0.05)
+    assert result["mde"] == pytest.approx({40: 25.74, 4000: 2.24, 6000: 1.83}[questions], rel=0.05)
     assert result["detectable"] is detectable and result["published"] == pytest.approx(2.43)
     said = "could have detected the published +2.43" if detectable else "could not have detected the published +2.43"
     assert said in _notes(result)[0] and why[:-2] in _notes(result)[0], _notes(result)[0]
@@ -229,7 +290,9 @@ def test_an_inconclusive_verdict_says_whether_the_published_difference_was_detec
 def test_the_pooled_se_adds_how_training_varies_over_seeds_by_hand(smoke_params):
     # 40 questions, b = 0. Seed 0: a = 100 on every other question (difference 50); seed 1: on every 4th (25).
     # Over questions: D = the seed-averaged differences, repeating [50, 50, 0, 50]: var0 468.75 / 40 -> SE 3.42.
-    # Over seeds: std([50, 25], ddof 1) / sqrt(2) = 12.5 exactly. Pooled: sqrt(3.42^2 + 12.5^2) = 12.96, MDE 36.3.
+    # Over seeds: std([50, 25], ddof 1) / sqrt(2) = 12.5 exactly. Pooled: sqrt(3.42^2 + 12.5^2) = 12.96; the
+    # sign-flip threshold at it, with c = 1.96^2 / 40 and w = 50 / 40 (D's nonzero |D| / n), (1.25 + sqrt(0.0960 x
+    # 1.25^2 + 0.9040 x 1.96^2 x 12.96^2)) / 0.9040 = 28.10; MDE 28.10 + 0.8416 x 12.96 = 39.01 (2.80 x SE: 36.3).
     # Seeds shifted by the same amount would leave the question SE as it is: only the seed term sees them.
     from centralrl.compare import power
     from centralrl.config import load_config
@@ -241,7 +304,7 @@ def test_the_pooled_se_adds_how_training_varies_over_seeds_by_hand(smoke_params)
     assert result["se_seeds"] == pytest.approx(12.5, abs=1e-9)
     assert result["se_questions"] == pytest.approx(math.sqrt(468.75 / 40), rel=0.05)
     assert result["se"] == pytest.approx(math.hypot(result["se_questions"], 12.5))
-    assert result["mde"] == pytest.approx(2.801585 * result["se"])
+    assert result["mde"] == pytest.approx(39.01, rel=0.01)
     # +2.43 needs a pooled SE of 2.43 / 2.80 = 0.87: the seeds' 12.5 alone exceeds it, so no number of questions
     assert result["needed_se"] == pytest.approx(0.8674, abs=1e-4) and result["questions_needed"] is None
     assert (
@@ -252,7 +315,8 @@ def test_the_pooled_se_adds_how_training_varies_over_seeds_by_hand(smoke_params)
 
 def test_the_questions_needed_are_where_the_published_difference_becomes_detectable(smoke_params):
     # as above, a - b = 100 on every other question in both seeds: SE = sqrt(2500 / n); the verdict rule's seeds
-    # need 3.21 x SE <= 2.43 (power 0.8^(1/2) each), so n >= 2500 x (3.21 / 2.43)^2 = 4,361 (the pooled test: 3,323)
+    # need about 3.21 x SE <= 2.43 (power 0.8^(1/2) each), so n >= 2500 x (3.21 / 2.43)^2 = 4,361, and 4,448 with
+    # the sign-flip test's terms (c = 1.96^2 / n, w = 100 / n: t = 1.9827 x SE there) (the pooled test: 3,408)
     from centralrl.compare import power
     from centralrl.config import load_config
 
@@ -261,7 +325,7 @@ def test_the_questions_needed_are_where_the_published_difference_becomes_detecta
         return power(load_config(smoke_params), a, {seed: _records([0.0] * questions) for seed in (0, 1)}, "f1")
 
     needed = result(40)["questions_needed"]
-    assert needed == pytest.approx(4361, rel=0.1)
+    assert needed == pytest.approx(4448, rel=0.1)
     assert (
         f"About {needed:,} test questions in the same mix (here 40) would, at these 2 seeds." in _notes(result(40))[0]
     )
@@ -271,8 +335,8 @@ def test_the_questions_needed_are_where_the_published_difference_becomes_detecta
 
 @pytest.mark.parametrize("questions", [40, 6000])
 def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde_and_blocks_the_claim(smoke_params, questions):
-    # seed 0 as above (MDE 22.2 at 40 questions); seed 1 identical arms (SE 0). Pooling seed 1's zeros would halve
-    # the SE of the seed mean (MDE 11.1) though the seeds that differ can see no more than 22.2. And seed 1's
+    # seed 0 as above (MDE 25.74 at 40 questions); seed 1 identical arms (SE 0). Pooling seed 1's zeros would halve
+    # the SE of the seed mean though the seeds that differ can see no more than 25.74. And seed 1's
     # interval is [0, 0]: "supported" cannot come out however many questions, so nothing was detectable
     from centralrl.compare import power
     from centralrl.config import load_config
@@ -281,9 +345,7 @@ def test_a_seed_whose_arms_answer_alike_is_left_out_of_the_pooled_mde_and_blocks
     b = {0: _records([0.0] * questions), 1: _records([0.0] * questions)}
     result = power(load_config(smoke_params), a, b, "f1")
     assert result["pooled_seeds"] == [0] and result["seeds"][1]["mde"] is None and result["se_seeds"] is None
-    assert (
-        result["mde"] == result["seeds"][0]["mde"] == pytest.approx(2.801585 * math.sqrt(2500 / questions), rel=0.05)
-    )
+    assert result["mde"] == result["seeds"][0]["mde"] == pytest.approx({40: 25.74, 6000: 1.83}[questions], rel=0.05)
     assert result["detectable"] is False
     note = _notes(result)[0]
     if questions == 40:  # not detectable by the seed that differs either
@@ -297,8 +359,9 @@ def test_each_seeds_rule_mde_adds_how_training_varies_over_seeds_by_hand(smoke_p
     # seed 1: on every 4th (25, SE sqrt(1875 / 40) = 6.85). The seeds' differences spread by s = std([50, 25],
     # ddof 1) = 17.68: a seed's own true difference varies with training by that much, which its bootstrap over
     # the questions (the model fixed) does not see. The verdict rule asks both seeds at power 0.8^(1/2) = 0.894
-    # (z = 1.2504): seed 0 needs 1.9600 x 7.91 + 1.2504 x sqrt(7.91^2 + 17.68^2) = 15.50 + 24.21 = 39.7,
-    # not (1.9600 + 1.2504) x 7.91 = 25.4 as if every seed trained to the same model.
+    # (z = 1.2504): seed 0 needs its sign-flip threshold, 19.09 at SE 7.91 (as in the test above), + 1.2504 x
+    # sqrt(7.91^2 + 17.68^2) = 19.09 + 24.21 = 43.3, not 19.09 + 1.2504 x 7.91 = 29.0 as if every seed trained to
+    # the same model.
     from centralrl.compare import power
     from centralrl.config import load_config
 
@@ -307,8 +370,10 @@ def test_each_seeds_rule_mde_adds_how_training_varies_over_seeds_by_hand(smoke_p
     result = power(load_config(smoke_params), a, b, "f1")
     seed = result["seeds"][0]
     assert seed["se"] == pytest.approx(math.sqrt(2500 / 40), rel=0.05)
-    assert seed["rule_mde"] == pytest.approx(1.959964 * seed["se"] + 1.250421 * math.hypot(seed["se"], 25 / 2**0.5))
-    assert seed["rule_mde"] == pytest.approx(39.7, rel=0.05)
+    assert seed["rule_mde"] - seed["mde"] == pytest.approx(
+        1.250421 * math.hypot(seed["se"], 25 / 2**0.5) - 0.841621 * seed["se"]
+    )  # the same threshold; the power part adds the spread
+    assert seed["rule_mde"] == pytest.approx(43.3, rel=0.05)
     assert result["sd_seeds"] == pytest.approx(25 / math.sqrt(2), abs=1e-9)
 
 
@@ -333,6 +398,44 @@ def test_seeds_that_spread_too_much_leave_the_published_difference_undetectable_
     assert "could not have detected the published +2.43" in note and "test questions in the same mix" not in note
     assert "For the verdict rule more test questions would not help at any number of seeds" in note, note
     assert "varies with training by the seeds' SD of 1.45" in note and "only with an SD of 1.36 at most" in note
+
+
+def test_the_mde_at_the_experiments_size_is_the_sign_flip_tests_by_hand(smoke_params):
+    # the committed experiment's size: 2 benchmarks x 12 questions, one seed, a - b = 100 on 3 questions of each.
+    # SE = sqrt(2 x 1875 / 12) / 2 = 8.84 (var0 of [100 x 3, 0 x 9] is 1875); m = 24, w = 100 / 24 = 4.17,
+    # c = 1.96^2 / 24 = 0.1601: t = (4.17 + sqrt(0.1601 x 4.17^2 + 0.8399 x 1.96^2 x 8.84^2)) / 0.8399 = 23.97
+    # (the sign test's: 6 of 24 better, 25.0, has p = 2 / 2^6 = 0.031; 5, 20.8, has 0.0625), MDE = 23.97 + 0.8416
+    # x 8.84 = 31.41, where the textbook 2.80 x 8.84 = 24.76 is passed by the rule with probability about 0.6
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    def records(better: int) -> list[dict]:
+        return [
+            {"id": f"q{i:02d}", "benchmark": bench, "f1": float(i < better)} for bench in ("x", "y") for i in range(12)
+        ]
+
+    result = power(load_config(smoke_params), {0: records(3)}, {0: records(0)}, "f1")
+    assert result["effective_questions"] == 24 and result["step"] == pytest.approx(100 / 24)
+    assert result["se"] == pytest.approx(8.84, rel=0.03)
+    assert result["mde"] == result["seeds"][0]["mde"] == result["seeds"][0]["rule_mde"]
+    assert result["mde"] == pytest.approx(31.41, rel=0.03)
+
+
+def test_too_few_questions_for_the_sign_flip_test_detect_nothing(smoke_params):
+    # 5 questions: the most extreme of 2^5 sign patterns has p = 2 / 32 > 0.05, so the verdict rule cannot say
+    # "supported" whatever the difference; no MDE, not detectable, and the report says why
+    from centralrl.compare import power
+    from centralrl.config import load_config
+    from centralrl.report import _mde
+
+    a = {seed: _records([1.0, 1.0, 1.0, 0.0, 1.0]) for seed in (0, 1)}
+    b = {seed: _records([0.0] * 5) for seed in (0, 1)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert result["testable"] is False and result["mde"] is None and result["detectable"] is False
+    assert _mde(result) == "none: too few questions"
+    note = _notes(result)[0]
+    assert "at 5 questions the verdict rule's sign-flip test cannot reject no difference at alpha = 0.05" in note
+    assert "test questions in the same mix (here 5) would" in note
 
 
 def test_arms_that_answer_alike_size_no_test(smoke_params):

@@ -43,6 +43,8 @@ from centralrl.stats import (
     paired_permutation_pvalue,
     questions_to_detect,
     seed_spread,
+    sign_flip_terms,
+    sign_flip_threshold,
     verdict,
 )
 
@@ -176,7 +178,11 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       `se_questions` is the paired bootstrap's, which resamples questions only and so holds each seed's trained
       model fixed; `se_seeds` = sqrt(var(seed differences) / S) (ddof 1) adds how much training itself varies
       over seeds, which the claim is about. Conservative: that variance also holds part of the question noise.
-      With one seed it is unmeasured (None) and the MDE holds the model fixed.
+      With one seed it is unmeasured (None) and the MDE holds the model fixed. Every MDE here is the verdict's
+      sign-flip test's (`stats.detectable_difference`, the module docstring of `stats`): its threshold grows
+      with the difference itself at few `effective_questions`, and `step` (pooled and per seed) is its
+      continuity correction (`stats.sign_flip_terms`). `testable` is False when the test cannot reject at any
+      difference (too few questions): then no MDE, and nothing is detectable.
     - `seeds[s]`: each seed's `difference`, `se` and `mde` (its trained model fixed), and `rule_mde` at power
       `rule_power` = power^(1/S): the verdict rule asks all S seeds' intervals to exclude 0, which independent
       seeds with that power each do together with probability `compare.power` (seeds answering the same
@@ -205,47 +211,58 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     rule_power = c.power ** (1 / count)
     groups = {seed: (score_groups(a[seed], metric), score_groups(b[seed], metric)) for seed in a}
 
-    def question_se(seeds: Sequence[int]) -> float:
-        pairs = [groups[seed] for seed in seeds]
-        return paired_difference_se([x for x, _ in pairs], [y for _, y in pairs], seed=c.seed, resamples=c.resamples)
+    def pairs(seeds: Sequence[int]) -> tuple[list[dict], list[dict]]:
+        return [groups[seed][0] for seed in seeds], [groups[seed][1] for seed in seeds]
 
-    def mde(se: float, **seeds: float) -> float | None:
-        return detectable_difference(se, level=c.level, **{"power": c.power} | seeds) if se else None
+    def question_se(seeds: Sequence[int]) -> float:
+        return paired_difference_se(*pairs(seeds), seed=c.seed, resamples=c.resamples)
+
+    effective = sign_flip_terms(*pairs(list(a)))[0]  # the same for every seed: the same benchmarks and sizes
+    testable = sign_flip_threshold(0.0, effective, level=c.level) is not None
+
+    def mde(se: float, step: float, **seeds: float) -> float | None:
+        terms = {"questions": effective, "step": step, "level": c.level, "power": c.power}
+        return detectable_difference(se, **terms | seeds) if se or seeds.get("se_seeds") else None
 
     seeds = {}
     for seed, (x, y) in groups.items():
-        se = question_se([seed])
-        seeds[seed] = {"difference": macro_mean(x) - macro_mean(y), "se": se, "mde": mde(se)}
+        se, step = question_se([seed]), sign_flip_terms([x], [y])[1]
+        seeds[seed] = {"difference": macro_mean(x) - macro_mean(y), "se": se, "step": step, "mde": mde(se, step)}
     kept = [seed for seed in a if seeds[seed]["se"]]
-    se_questions = question_se(kept) if kept else 0.0
+    se_questions, step = (question_se(kept), sign_flip_terms(*pairs(kept))[1]) if kept else (0.0, 0.0)
     differences = [seeds[seed]["difference"] for seed in kept]
     sd_seeds = float(np.std(differences, ddof=1)) if len(kept) > 1 else None
     se_seeds = float(sd_seeds / np.sqrt(len(kept))) if sd_seeds is not None else None
     for d in seeds.values():
-        d["rule_mde"] = mde(d["se"], spread=sd_seeds or 0.0, power=rule_power)
+        d["rule_mde"] = mde(d["se"], d["step"], spread=sd_seeds or 0.0, power=rule_power)
     se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
     questions = len(next(iter(a.values())))
     blocked = [
         s for s, d in seeds.items() if published is not None and not d["se"] and not d["difference"] * published > 0
     ]
+    pooled = {"se_questions": se_questions, "se_seeds": se_seeds, "step": step}
+    pooled_mde = mde(se_questions, step, se_seeds=se_seeds or 0.0)
     return {
         "power": c.power,
         "alpha": 1 - c.level,
         "questions": questions,
+        "effective_questions": effective,
+        "testable": testable,
         "se": se,
         "se_questions": se_questions,
         "se_seeds": se_seeds,
         "sd_seeds": sd_seeds,
-        "mde": mde(se),
+        "step": step,
+        "mde": pooled_mde,
         "rule_power": rule_power,
         "seeds": seeds,
         "pooled_seeds": kept,
         "blocked_seeds": blocked,
         "published": published,
-        "detectable": _detectable(published, mde(se), seeds, blocked),
+        "detectable": _detectable(published, pooled_mde, seeds, blocked, testable),
         **_questions_needed(
-            c, published, questions, (se_questions, se_seeds), [seeds[s]["se"] for s in kept], sd_seeds, rule_power
+            c, published, (questions, effective), pooled, [seeds[s] for s in kept], sd_seeds, rule_power
         ),
     }
 
@@ -253,35 +270,47 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
 def _questions_needed(
     c: CompareConfig,
     published: float | None,
-    questions: int,
-    pooled_ses: tuple[float, float | None],
-    seed_ses: Sequence[float],
+    questions: tuple[int, float],
+    pooled: Mapping[str, float | None],
+    kept: Sequence[Mapping[str, float]],
     sd_seeds: float | None,
     rule_power: float,
 ) -> dict:
     """`needed_se`, `needed_sd` and `questions_needed` of `power` (all None without a published difference or a
-    spread). `pooled_ses`: the pooled (questions, seeds) SEs; `seed_ses`: each kept seed's SE over questions;
+    spread). `questions`: the test questions and the effective ones (`stats.sign_flip_terms`); `pooled`: the
+    pooled `se_questions`, `se_seeds` and `step`; `kept`: each kept seed's `se` over questions and `step`;
     `sd_seeds`: the kept seeds' differences' SD (None for one seed: its model held fixed)."""
-    se_questions, se_seeds = pooled_ses
-    if published is None or not se_questions:
+    if published is None or not pooled["se_questions"]:
         return {"needed_se": None, "needed_sd": None, "questions_needed": None}
-    pooled = questions_to_detect(published, se_questions, questions, se_seeds=se_seeds, level=c.level, power=c.power)
+    count, effective = questions
+    at = {"effective": effective, "level": c.level}
+    pooled_count = questions_to_detect(
+        published, pooled["se_questions"], count, se_seeds=pooled["se_seeds"], step=pooled["step"], power=c.power, **at
+    )
     each = [
-        questions_to_detect(published, se, questions, spread=sd_seeds, level=c.level, power=rule_power)
-        for se in seed_ses
+        questions_to_detect(published, d["se"], count, spread=sd_seeds, step=d["step"], power=rule_power, **at)
+        for d in kept
     ]
     z_rule = NormalDist().inv_cdf(rule_power)
     return {
         "needed_se": abs(published) / minimum_detectable_difference(1.0, level=c.level, power=c.power),
         "needed_sd": abs(published) / z_rule if sd_seeds is not None and z_rule > 0 else None,
-        "questions_needed": None if pooled is None or None in each else max(pooled, *each),
+        "questions_needed": None if pooled_count is None or None in each else max(pooled_count, *each),
     }
 
 
 def _detectable(
-    published: float | None, pooled_mde: float | None, seeds: Mapping[int, dict], blocked: Sequence[int]
+    published: float | None,
+    pooled_mde: float | None,
+    seeds: Mapping[int, dict],
+    blocked: Sequence[int],
+    testable: bool,
 ) -> bool | None:
-    if published is None or pooled_mde is None:
+    if published is None:
+        return None
+    if not testable:
+        return False  # too few questions for the sign-flip test to reject whatever the difference
+    if pooled_mde is None:
         return None
     rule_mdes = [d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None]
     return not blocked and max([pooled_mde, *rule_mdes]) <= abs(published)

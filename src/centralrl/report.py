@@ -82,13 +82,17 @@ def verdict_section(result: dict) -> list[str]:
     lines += [
         "",
         "Published: Qwen2.5-3B, seven benchmarks, one run per arm at equal steps, no interval. MDE: the smallest "
-        f"true difference that a two-sided test at alpha = {1 - result['level']:.2f} finds with probability "
-        f"{result['power']:.0%}, (z_(1-alpha/2) + z_power) x SE. SE: of the difference averaged over the seeds, "
+        f"true difference that the verdict's two-sided sign-flip test at alpha = {1 - result['level']:.2f} (its "
+        f"interval then above 0 too) finds with probability {result['power']:.0%}: t + z_power x SE, t the "
+        "smallest difference the test rejects, t - w = z_(1-alpha/2) x sqrt(SE^2 + t^2 / m) (the test's null "
+        "spread holds the difference itself; m: the test questions, w: half the step of one sign flip, a "
+        "continuity correction), so more than (z_(1-alpha/2) + z_power) x SE at few questions, that at many. SE: "
+        "of the difference averaged over the seeds, "
         "sqrt(SE_questions^2 + s_seeds^2 / S): the paired bootstrap's over the questions, plus how the seeds' own "
         "differences spread, since the claim is about training, which varies by seed. In parentheses: what each "
         "seed alone needs, as the verdict rule asks every seed's interval to exclude 0, at power "
         f"{result['power']:.0%}^(1/S), so that all S seeds succeed together with probability {result['power']:.0%}: "
-        "z_(1-alpha/2) x its own SE over the questions (what its test sees) + z_(power^(1/S)) x sqrt(SE^2 + "
+        "t at its own SE over the questions (what its test sees) + z_(power^(1/S)) x sqrt(SE^2 + "
         "s_seeds^2), as its own difference also varies with training by the seeds' SD s_seeds (with one seed, "
         "unmeasured: the seed's trained model held fixed).",
         "",
@@ -110,7 +114,9 @@ def _published(metric: str, first: str, second: str, difference: float | None) -
 def _mde(power: Mapping) -> str:
     per_seed = [d["rule_mde"] for d in power["seeds"].values() if d["rule_mde"] is not None]
     seeds = f" ({min(per_seed):.2f}-{max(per_seed):.2f})" if per_seed else ""
-    return "none: no spread" if power["mde"] is None else f"{power['mde']:.2f}{seeds}"
+    if power["mde"] is None:
+        return "none: no spread" if power["testable"] else "none: too few questions"
+    return f"{power['mde']:.2f}{seeds}"
 
 
 def power_notes(result: dict) -> list[str]:
@@ -141,6 +147,12 @@ def _detection(power: Mapping) -> str:
         if len(kept) == 1
         else ""
     )
+    if not power["testable"]:
+        return (
+            f"at {power['questions']} questions the verdict rule's sign-flip test cannot reject no difference at "
+            f"alpha = {power['alpha']:.2f} whatever the difference (its smallest p-value is 2 / 2^questions): no "
+            "difference was detectable." + _planning(power)
+        )
     if mde is None:
         return (
             "the seed-averaged differences have no spread over the questions, so the bootstrap gives no standard "
