@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from centralrl.compute import PhaseClock
 from centralrl.config import LoraConfig, RoleTokens, WarmstartConfig, load_config
@@ -206,6 +207,26 @@ def test_a_few_steps_lower_the_training_loss(tiny_backbone, policy, smoke_world,
     assert stats["trained_tokens"] == 6 * sum(len(t.target_ids) for t in traces)
     assert type(merged).__name__ == "Qwen2ForCausalLM" and not any("lora" in k for k in merged.state_dict())
     assert any(not torch.equal(before[k], v) for k, v in merged.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "schedule, factors", [("constant", [1, 1, 1, 1]), ("linear", [1, 0.75, 0.5, 0.25])], ids=["constant", "linear"]
+)
+def test_the_learning_rate_follows_warmstart_lr_schedule(
+    tiny_backbone, policy, smoke_world, train_questions, schedule, factors
+):
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    model, tokenizer = load_backbone(tiny_backbone)
+    cfg = WarmstartConfig(epochs=4, learning_rate=1e-3, lr_schedule=schedule, micro_batch_size=len(traces))
+    used = []  # the rate each optimizer step runs with, read just before it
+    hook = register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: used.append(optimizer.param_groups[0]["lr"])
+    )
+    try:
+        supervised_finetune(model, tokenizer, traces, cfg, LoraConfig())
+    finally:
+        hook.remove()
+    assert used == pytest.approx([1e-3 * f for f in factors])
 
 
 def test_a_warm_start_whose_loss_is_not_finite_stops_naming_the_step(

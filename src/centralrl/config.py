@@ -822,6 +822,11 @@ class WarmstartConfig(Section):
     questions: int = Field(96, ge=1, description="training questions with a decomposition to build traces from")
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
+    lr_schedule: Literal[LR_SCHEDULES] = Field(  # type: ignore[valid-type]
+        "constant",
+        description="the learning rate over the warm start's steps (no warmup): constant, or linear/cosine decay to "
+        "0 at the last step (the Hugging Face Trainer's default is linear)",
+    )
     micro_batch_size: int = Field(4, ge=1, description="traces per optimizer step")
     forward_tokens: int = Field(
         512,

@@ -16,7 +16,8 @@ the protocol on the calls a perfect harness would make:
   Every target ends with the tokenizer's eos; `parse_trace` reads a trace back with the protocol parsers.
 - `supervised_finetune(model, tokenizer, traces, cfg, lora)`: one LoRA adapter shared by all roles, AdamW,
   cross-entropy on target tokens only, `micro_batch_size` right-padded sequences per step, `epochs` passes
-  in a seeded shuffled order, grad-norm clip 1.0; then the LoRA is merged into the weights.
+  in a seeded shuffled order, grad-norm clip 1.0, the learning rate constant or decayed to 0 over the steps
+  (`warmstart.lr_schedule`); then the LoRA is merged into the weights.
 - `warmstart(cfg, model_dir, index_dir, train_path, out_dir)`: the stage core. Disabled, it copies the
   backbone folder unchanged, so downstream stages always read one path.
 
@@ -70,7 +71,7 @@ from centralrl.models.backbone import content_sha256, own_memory, require_prepar
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
 from centralrl.rl.dev import split_dev
-from centralrl.rl.grpo import head_logprobs, micro_batches
+from centralrl.rl.grpo import head_logprobs, lr_multiplier, micro_batches
 from centralrl.rl.health import TrainingDiverged
 from centralrl.schema import Question, SubQuestion, interleave, read_questions
 
@@ -360,6 +361,7 @@ def supervised_finetune(
         base = peft_model.get_base_model()
         decoder, head = base.base_model, base.get_output_embeddings()  # LoRA layers live inside the decoder
         steps = cfg.epochs * -(-len(traces) // cfg.micro_batch_size)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg.lr_schedule, 0, steps))
         peft_model.train()
         with frozen_linears_in(decoder, torch.bfloat16, spill=True) if bf16 else nullcontext():
             for _ in range(cfg.epochs):
@@ -377,6 +379,7 @@ def supervised_finetune(
                         )
                     torch.nn.utils.clip_grad_norm_(trainable, 1.0)
                     optimizer.step()
+                    scheduler.step()
                     losses.append(loss)
                     trained_tokens += tokens
                     if log and (len(losses) % 10 == 0 or len(losses) == steps):
