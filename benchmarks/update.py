@@ -471,7 +471,12 @@ def main(args: argparse.Namespace) -> None:
     if args.warmstart_steps:
         h = cfg.harness
         traces, _ = build_traces(
-            questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, h.passage_chars, policy,
+            questions,
+            cfg.warmstart.questions,
+            retriever,
+            cfg.retrieval.top_k,
+            h.passage_chars,
+            policy,
             max_turns=h.max_turns,
         )
         del policy, samples  # each warm-start run loads its own model: the peak is the warm start's alone
