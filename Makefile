@@ -45,6 +45,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/warmstart_stage.py --out benchmarks/results/warmstart_stage.json
 	$(BIN)/python benchmarks/precision.py --out benchmarks/results/precision.json
 	$(BIN)/python benchmarks/headroom.py --model models/main/start --index index --train data/train.jsonl --out benchmarks/results/headroom.json
+	$(BIN)/python benchmarks/movement.py --model models/main/start --index index --questions data/test.jsonl --adapters train/main/joint/seed0/adapters/equal_steps --arm joint --out benchmarks/results/movement.json
 
 clean-venv:
 	rm -rf $(VENV)

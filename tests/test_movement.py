@@ -202,3 +202,26 @@ def test_a_tracking_server_gone_after_the_evaluation_leaves_its_outputs_written(
         )
     assert len((tmp_path / "eval" / "records.jsonl").read_text().splitlines()) == questions
     assert "f1" in json.dumps(read_json(tmp_path / "metrics.json"))
+
+
+def test_the_movement_benchmark_finds_the_same_movement_with_and_without_the_shared_prefix(smoke_run):
+    """benchmarks/movement.py on a joint cut whose central adapter moved: both variants measure the same calls
+    alike (the prefix is an order of summation, not another computation)."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import movement as benchmark  # benchmarks/movement.py, found through the path above
+
+    folder, params, data = smoke_run
+    model, _, _ = _joint_model(folder / "start", load_config(params).lora, ("central",))
+    save_adapters(model, folder / "bench-adapters")
+    out = folder / "movement-bench.json"
+    args = [*_inputs(folder, data), "--params", str(params), "--adapters", str(folder / "bench-adapters")]
+    args += ["--arm", "joint", "--repeats", "1", "--threads", "1", "--out", str(out)]
+    benchmark.main(benchmark.arguments(args))
+    figures = read_json(out)
+    assert figures["calls"] > 0 and 0 < figures["mean_shared_prefix_tokens"] < figures["mean_prompt_tokens"]
+    assert figures["changed_flags_disagreeing"] == 0 and figures["max_abs_kl_difference"] < 1e-4
+    assert 0 < figures["changed"] <= figures["calls"]
