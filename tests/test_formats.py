@@ -687,6 +687,30 @@ def test_kilt_pages(tmp_path):
     assert all(p.title == "Page" for p in passages)
 
 
+def test_kilt_pages_keep_a_leading_minus_of_plain_text(tmp_path):
+    """The '-' of `BULLET::::- ` was stripped from every paragraph: '-273.15 °C' became '273.15 °C'."""
+    write_jsonl(
+        tmp_path / "kilt.jsonl",
+        [
+            {
+                "wikipedia_title": "Absolute zero",
+                "text": [
+                    "Absolute zero\n",
+                    "-273.15 °C is the lowest limit of the thermodynamic temperature scale.\n",
+                    "Section::::Records.\n",
+                    "BULLET::::- -0.5 K was never reached\n",
+                    "BULLET::::2. second item\n",
+                ],
+            }
+        ],
+    )
+    passages = load_corpus(CorpusSource(kind="kilt_pages", path="kilt.jsonl"), tmp_path)
+    assert [p.text for p in passages] == [
+        "-273.15 °C is the lowest limit of the thermodynamic temperature scale.",
+        "-0.5 K was never reached 2. second item",
+    ]
+
+
 def test_corpus_limit_and_duplicates(tmp_path):
     write_jsonl(tmp_path / "list.jsonl", [{"title": t, "text": f"{t.lower()}."} for t in ["A", "A", "B", "C"]])
     everything = load_corpus(CorpusSource(kind="title_text_list", path="list.jsonl"), tmp_path)

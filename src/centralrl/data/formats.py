@@ -459,6 +459,14 @@ def _kilt_section(heading: str) -> str:
     return heading.strip().removeprefix("Section::::").split(".:")[0].rstrip(".").strip()
 
 
+def _kilt_text(paragraph: str) -> str:
+    """A paragraph without its `BULLET::::- ` marker; a '-' that opens plain text stays ('-273.15 °C ...')."""
+    text = paragraph.strip()
+    if text.startswith("BULLET::::"):
+        text = text.removeprefix("BULLET::::").removeprefix("-")
+    return text.strip()
+
+
 def kilt_chunks(title: str, paragraphs: list[str], words: int = KILT_PASSAGE_WORDS) -> Iterator[str]:
     """A KILT page's paragraphs as passages of about `words` words.
 
@@ -481,7 +489,7 @@ def kilt_chunks(title: str, paragraphs: list[str], words: int = KILT_PASSAGE_WOR
     for paragraph in paragraphs[start:]:
         heading = paragraph.strip().startswith("Section::::")
         skipping = _kilt_section(paragraph) in KILT_SKIPPED_SECTIONS if heading else skipping
-        text = "" if heading or skipping else paragraph.strip().removeprefix("BULLET::::").removeprefix("-").strip()
+        text = "" if heading or skipping else _kilt_text(paragraph)
         n = len(text.split())
         if chunk and (heading or count + n > words):
             yield " ".join(chunk)
