@@ -467,6 +467,60 @@ def test_searchr1_parquet_falls_back_to_prompt_and_target(tmp_path):
     assert [(q.id, q.question, q.golden_answers) for q in questions] == [("nq/0", "who wrote x?", ("Ann",))]
 
 
+def write_searchr1_merged_parquet(path: Path) -> Path:
+    """Search-R1's qa_search_test_merge.py: FlashRAG datasets concatenated, each row's dataset in `data_source`,
+    FlashRAG's id/question/golden_answers columns kept (ids restart per dataset) beside the prompt and target."""
+    import pandas as pd
+
+    questions = {"nq": ["who wrote x?", "when was y?"], "triviaqa": ["Which composer wrote Z?", "Who painted W?"]}
+    rows = [
+        {
+            "id": f"test_{i}",
+            "question": question,
+            "golden_answers": [f"{source} {i}"],
+            "data_source": source,
+            "prompt": [{"role": "user", "content": SEARCHR1_PROMPT.format(question)}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": [f"{source} {i}"]}},
+            "extra_info": {"split": "test", "index": i},
+        }
+        for source, texts in questions.items()
+        for i, question in enumerate(texts)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def test_searchr1_parquet_source_filter_reads_data_source(tmp_path):
+    """The filter was ignored: with a limit the NQ rows were loaded as TriviaQA, in silence."""
+    path = write_searchr1_merged_parquet(tmp_path / "test.parquet")
+    for wanted in ("triviaqa", "TriviaQA"):  # case-insensitive, as qa_jsonl's filter
+        loaded, _ = load_questions(
+            source("searchr1_parquet", path, benchmark="triviaqa", source_filter=wanted, limit=2), tmp_path
+        )
+        assert [(q.id, q.question, q.golden_answers) for q in loaded] == [
+            ("triviaqa/test_0", "Which composer wrote Z?", ("triviaqa 0",)),
+            ("triviaqa/test_1", "Who painted W?", ("triviaqa 1",)),
+        ]
+    first, _ = load_questions(source("searchr1_parquet", path, benchmark="nq", source_filter="nq", limit=1), tmp_path)
+    assert [q.id for q in first] == ["nq/test_0"]
+    with pytest.raises(DataError, match=r"no row has data_source 'popqa'; present: nq \(2\), triviaqa \(2\)"):
+        load_questions(source("searchr1_parquet", path, source_filter="popqa"), tmp_path)
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_searchr1_parquet_of_several_data_sources_needs_a_filter(tmp_path, limit):
+    """Without a filter the rows of every dataset were filed under one benchmark: with a limit in silence,
+    without one refused for an id used twice (test_0 of nq and of triviaqa), naming no way out."""
+    path = write_searchr1_merged_parquet(tmp_path / "test.parquet")
+    with pytest.raises(
+        DataError,
+        match=r"test\.parquet: rows of several data_sources \(nq \(2\), triviaqa \(2\)\), whose ids restart per "
+        r"data_source: read each data_source as its own data\.questions entry, with source_filter",
+    ):
+        load_questions(source("searchr1_parquet", path, benchmark="triviaqa", limit=limit), tmp_path)
+
+
 def flashrag_hub_folder(folder: Path) -> Path:
     """A local folder laid out like RUC-NLPIR/FlashRAG_datasets: README.md `configs:` header +
     <config>/<split>.jsonl."""

@@ -18,8 +18,10 @@ Where this departs from the original formats:
   supporting fact; sentence indices are not kept.
 - MuSiQue: a row with `answerable` false (MuSiQue-full) is an error, not skipped; a missing `answerable`
   counts as answerable. Golden answers are `answer` followed by `answer_aliases`.
-- qa_jsonl `source_filter` compares case-insensitively (DeepResearcher writes "Bamboogle") and is applied
-  before `limit`; a filter that keeps no row is an error that lists the sources the file has.
+- `source_filter` (qa_jsonl: the `source` field; searchr1_parquet: the `data_source` column) compares
+  case-insensitively (DeepResearcher writes "Bamboogle") and is applied before `limit`; a filter that keeps no
+  row is an error that lists the sources the file has. A searchr1_parquet of several data_sources (Search-R1's
+  merged files) needs one: without it the file is refused.
 - JSON-family question files may be a JSON list or JSON lines (told apart by the first character), and PopQA
   may also be the official popQA.tsv.
 - kilt_pages: a KILT page is a list of raw paragraphs; see `kilt_chunks` for how they become ~100-word
@@ -167,14 +169,18 @@ def records(path: Path) -> Iterator[tuple[str, dict]]:
     return _json_list(path) if _first_byte(path) == b"[" else read_jsonl(path)
 
 
-def _parquet(path: Path) -> Iterator[tuple[str, dict]]:
+def _open_parquet(path: Path):  # -> pyarrow.parquet.ParquetFile
     import pyarrow.parquet as pq  # deferred: only parquet sources need it
 
     require_file(path)
     try:
-        parquet = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except Exception as error:  # pyarrow raises ArrowInvalid or OSError for a bad file
         raise DataError(f"{path}: not a readable parquet file ({error})") from None
+
+
+def _parquet(path: Path) -> Iterator[tuple[str, dict]]:
+    parquet = _open_parquet(path)
     index = 0
     for batch in parquet.iter_batches(batch_size=1024):
         for row in batch.to_pylist():
@@ -186,30 +192,61 @@ def _file_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
     return _numbered(records(resolve(source.path, root)))
 
 
-def _parquet_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
-    return _numbered(_parquet(resolve(source.path, root)))
-
-
 def _hub_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
     return _numbered(hub.rows(source, root))
 
 
-def _filtered_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
-    """Rows whose `source` field equals `source.source_filter` (case-insensitive); all rows without a filter."""
-    if source.source_filter is None:
-        yield from _file_rows(source, root)
-        return
-    seen: dict[str, int] = {}
-    for row in _file_rows(source, root):
-        value = row.get("source", str)
-        seen[value] = seen.get(value, 0) + 1
-        if value.casefold() == source.source_filter.casefold():
+# kind -> the column its `source_filter` compares with; the other kinds take no source_filter (config.py)
+SOURCE_FILTER_COLUMNS = {"qa_jsonl": "source", "searchr1_parquet": "data_source"}
+
+
+def _present(counted: dict[str, int]) -> str:
+    """'nq (2), tq (1)': each value with how many rows hold it, sorted by value."""
+    return ", ".join(f"{value} ({n})" for value, n in sorted(counted.items()))
+
+
+def _filtered_rows(rows: Iterable[Row], column: str, wanted: str, path: Path) -> Iterator[Row]:
+    """The rows whose `column` equals `wanted`, compared case-insensitively (DeepResearcher writes "Bamboogle");
+    a filter that keeps no row is an error listing the values the file has. Rows keep their index in the file."""
+    counted: dict[str, int] = {}
+    for row in rows:
+        value = row.get(column, str)
+        counted[value] = counted.get(value, 0) + 1
+        if value.casefold() == wanted.casefold():
             yield row
-    if not any(value.casefold() == source.source_filter.casefold() for value in seen):
-        present = ", ".join(f"{value} ({n})" for value, n in sorted(seen.items()))
-        raise DataError(
-            f"{resolve(source.path, root)}: no row has source {source.source_filter!r}; present: {present}"
-        )
+    if not any(value.casefold() == wanted.casefold() for value in counted):
+        raise DataError(f"{path}: no row has {column} {wanted!r}; present: {_present(counted)}")
+
+
+def _qa_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
+    """qa_jsonl rows, only those whose `source` field is `source.source_filter` when it is set."""
+    rows = _file_rows(source, root)
+    if source.source_filter is None:
+        return rows
+    return _filtered_rows(rows, "source", source.source_filter, resolve(source.path, root))
+
+
+def _searchr1_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
+    """Search-R1 parquet rows, only those whose `data_source` is `source.source_filter` when it is set.
+
+    Search-R1's merged files (qa_search_test_merge.py, qa_search_train_merge.py) concatenate FlashRAG datasets,
+    naming each row's dataset in `data_source` and keeping FlashRAG's ids, which restart per dataset (nq test_0,
+    triviaqa test_0, ...). Read whole, such a file would file every dataset under one benchmark (with a `limit`,
+    silently) or clash on ids, so a file of several data_sources without a filter is refused."""
+    path = resolve(source.path, root)
+    if source.source_filter is not None:
+        return _filtered_rows(_numbered(_parquet(path)), "data_source", source.source_filter, path)
+    parquet = _open_parquet(path)
+    if "data_source" in parquet.schema_arrow.names:
+        counted: dict[str, int] = {}
+        for value in parquet.read(columns=["data_source"]).column("data_source").to_pylist():
+            counted[str(value)] = counted.get(str(value), 0) + 1
+        if len({value.casefold() for value in counted}) > 1:  # as source_filter compares
+            raise DataError(
+                f"{path}: rows of several data_sources ({_present(counted)}), whose ids restart per data_source: "
+                "read each data_source as its own data.questions entry, with source_filter and its benchmark"
+            )
+    return _numbered(_parquet(path))
 
 
 # --- one converter per question kind ---------------------------------------------------------------------
@@ -403,13 +440,13 @@ Converter = Callable[[Row, "QuestionSource"], Converted]
 # kind -> (how its rows are read, how one row becomes a question and its passages)
 QUESTION_KINDS: dict[str, tuple[RowReader, Converter]] = {
     "flashrag_jsonl": (_file_rows, flashrag_question),
-    "searchr1_parquet": (_parquet_rows, searchr1_question),
+    "searchr1_parquet": (_searchr1_rows, searchr1_question),
     "hotpotqa": (_file_rows, hotpotqa_question),
     "2wikimultihopqa": (_file_rows, twowiki_question),
     "musique": (_file_rows, musique_question),
     "popqa": (_file_rows, popqa_question),
     "nq_open": (_file_rows, nq_open_question),
-    "qa_jsonl": (_filtered_rows, qa_jsonl_question),
+    "qa_jsonl": (_qa_rows, qa_jsonl_question),
     "hf_dataset": (_hub_rows, flashrag_question),
 }
 
