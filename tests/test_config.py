@@ -150,6 +150,9 @@ def test_claim_must_name_two_arms(tmp_path):
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param
 
 
+A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question file's fields
+
+
 @pytest.mark.parametrize(
     "override, named",
     [
@@ -198,6 +201,21 @@ def test_claim_must_name_two_arms(tmp_path):
         ),
         ({"tracking": {"uri": "sqlite://"}}, r"tracking\.uri: sqlite:// is an in-memory database: every run would"),
         ({"tracking": {"uri": " "}}, r"tracking\.uri: blank; use sqlite:///mlflow\.db"),
+        (  # ignored in silence: every row of the NQ-open file was read
+            {"data": {"questions": [{**A_FILE, "kind": "nq_open", "source_filter": "tq"}]}},
+            r"data\.questions\.0\.source_filter: a nq_open source does not read source_filter \(it would be "
+            r"ignored\); only kinds qa_jsonl, searchr1_parquet take it \(got 'tq'\)",
+        ),
+        (
+            {"data": {"questions": [{**A_FILE, "kind": "qa_jsonl", "dataset_config": "nq"}]}},
+            r"data\.questions\.0\.dataset_config: a qa_jsonl source does not read dataset_config .* only kind "
+            r"hf_dataset takes it",
+        ),
+        (  # the hub was read; prepare_data named the unread path as its input
+            {"data": {"questions": [{**A_FILE, "kind": "hf_dataset", "dataset_id": "d", "dataset_split": "test"}]}},
+            r"data\.questions\.0\.path: a hf_dataset source does not read path .* only kinds flashrag_jsonl, "
+            r"searchr1_parquet,",
+        ),
         (  # each was ignored in silence: SmolLM2 loaded whatever name_or_path said
             {"models": {"main": {"name_or_path": "x", "revision": "abc"}}},
             r"models\.main: name_or_path, revision: not read by source tiny_qwen2 \(name_or_path is for source hf;",
