@@ -232,7 +232,8 @@ def compare_engines(policies: dict[str, RolePolicy], questions, retriever, setti
 class OldRolePolicy(RolePolicy):
     """The transformers engine before issue 12, to measure against: left-padded batches of `batch_size` in input
     order, `model.generate` through the PEFT wrapper in the model's dtype, torch's global RNG seeded per batch,
-    generate's own stop strings, then `trim_generation`."""
+    generate's own stop strings, then `trim_generation`. It ends at today's `end_ids` (every end-of-sequence id
+    the model declares), so both engines stop at the same tokens."""
 
     def generate(self, role, prompts, max_new_tokens, greedy, temperature=1.0, seed=0):
         results = []
@@ -257,7 +258,7 @@ class OldRolePolicy(RolePolicy):
             top_k=None if greedy else 0,
             top_p=1.0,
             pad_token_id=pad,
-            eos_token_id=self.tokenizer.eos_token_id,
+            eos_token_id=sorted(self.end_ids),  # every end id the model declares, as today's engine stops
             stop_strings=STOP_STRINGS.get(role),
             output_scores=True,
             return_dict_in_generate=True,
@@ -270,7 +271,7 @@ class OldRolePolicy(RolePolicy):
         logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
         chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
         return [
-            trim_generation(self.tokenizer, prompt, generated[i].tolist(), chosen[i].tolist(), role)
+            trim_generation(self.tokenizer, self.end_ids, prompt, generated[i].tolist(), chosen[i].tolist(), role)
             for i, prompt in enumerate(prompts)
         ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,6 +138,36 @@ def test_generation_ends_at_every_end_of_sequence_id_the_model_declares(lively, 
     for sole in (None, []):  # a generation config without eos ids: the tokenizer's alone
         monkeypatch.setattr(config, "eos_token_id", sole)
         assert end_of_sequence_ids(model, tokenizer) == {tokenizer.eos_token_id}
+
+
+def test_the_rollout_benchmarks_engine_before_issue_12_ends_where_todays_does(lively, monkeypatch):
+    """benchmarks/rollout.py --old-vs-new's `OldRolePolicy` (`model.generate` through the PEFT wrapper): its greedy
+    completions are today's engine's, ended at every end-of-sequence id the model declares, and its `generate`
+    stops there too. It called `trim_generation` without the end ids (a TypeError) and stopped only at the
+    tokenizer's eos, running every row to the budget."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import rollout
+
+    model, tokenizer = lively
+    prompts = _prompts(tokenizer)[:2]
+    unended = RolePolicy(model, tokenizer, ADAPTERS).generate("retrieval", prompts, MAX_NEW, greedy=True)
+    second = unended[0].completion_ids[3]
+    ends_at = unended[0].completion_ids.index(second) + 1
+    monkeypatch.setattr(causal_lm(model).generation_config, "eos_token_id", [tokenizer.eos_token_id, second])
+    old = rollout.OldRolePolicy(model, tokenizer, ADAPTERS)
+    got = old.generate("retrieval", prompts, MAX_NEW, greedy=True)
+    want = RolePolicy(model, tokenizer, ADAPTERS).generate("retrieval", prompts, MAX_NEW, greedy=True)
+    assert [g.completion_ids for g in got] == [g.completion_ids for g in want]
+    assert len(got[0].completion_ids) == ends_at < MAX_NEW
+    for a, b in zip(got, want):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    forwards = []
+    hook = causal_lm(model).register_forward_hook(lambda module, args, out: forwards.append(1))
+    try:
+        old.generate("retrieval", prompts[:1], MAX_NEW, greedy=True)
+    finally:
+        hook.remove()
+    assert len(forwards) == ends_at  # the prefill gives the first token, each decode step one more: none after it
 
 
 def test_sampling_follows_the_seed_not_the_batch(lively):
