@@ -438,6 +438,37 @@ def test_too_few_questions_for_the_sign_flip_test_detect_nothing(smoke_params):
     assert "test questions in the same mix (here 5) would" in note
 
 
+def test_unequal_benchmarks_are_testable_by_their_real_count_where_the_approximation_sizes_no_mde(smoke_params):
+    # 1 + 20 questions: the sign-flip test's smallest p-value is 2 / 2^21, and here it rejects (p 0.0002, the
+    # verdict "supported"), but the effective count 2^2 / (1 + 1/20) = 3.81 is below z^2 = 3.84, where the normal
+    # approximation that sizes the MDE has no threshold. The report said "too few questions" for any test.
+    from centralrl.compare import power
+    from centralrl.config import load_config
+    from centralrl.report import _mde
+
+    def records(first: float, last: list[float]) -> list[dict]:
+        scores = {"x": [first], "y": last}
+        return [{"id": f"{k}{i}", "benchmark": k, "f1": v} for k, vs in scores.items() for i, v in enumerate(vs)]
+
+    a, b = records(1.0, [1.0] * 18 + [0.0, 1.0]), records(0.0, [0.0] * 18 + [1.0, 1.0])
+    groups = [{k: [100 * r["f1"] for r in rows if r["benchmark"] == k] for k in ("x", "y")} for rows in (a, b)]
+    assert paired_permutation_pvalue(*groups, seed=0) < 0.001
+    result = power(load_config(smoke_params), {0: a}, {0: b}, "f1")
+    assert result["questions"] == 21 and result["effective_questions"] == pytest.approx(3.81, abs=0.005)
+    assert result["testable"] is True and result["se"] > 0
+    assert result["mde"] is None and result["detectable"] is None  # unknown, not "nothing was detectable"
+    assert _mde(result) == "none: 3.81 effective questions, too few for its approximation"
+    note = _notes(result)[0]
+    assert "cannot reject" not in note
+    assert "3.81 effective questions (K^2 / sum 1/n_k), at most z^2 = 3.84" in note
+    # at 31 questions (1 + 30) the effective 3.87 is above z^2: an MDE, where the effective count alone (under
+    # 1 + log2(20) = 5.32) had ruled out any test
+    a, b = records(1.0, [1.0] * 28 + [0.0, 1.0]), records(0.0, [0.0] * 28 + [1.0, 1.0])
+    result = power(load_config(smoke_params), {0: a}, {0: b}, "f1")
+    assert result["effective_questions"] == pytest.approx(3.87, abs=0.005)
+    assert result["testable"] is True and result["mde"] is not None and result["detectable"] is False
+
+
 def test_arms_that_answer_alike_size_no_test(smoke_params):
     # every paired difference 0: the bootstrap SE is 0, which sizes no test (an MDE of 0 would claim anything is seen)
     from centralrl.compare import power

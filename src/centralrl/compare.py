@@ -43,8 +43,8 @@ from centralrl.stats import (
     paired_permutation_pvalue,
     questions_to_detect,
     seed_spread,
+    sign_flip_rejects,
     sign_flip_terms,
-    sign_flip_threshold,
     verdict,
 )
 
@@ -182,7 +182,11 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       sign-flip test's (`stats.detectable_difference`, the module docstring of `stats`): its threshold grows
       with the difference itself at few `effective_questions`, and `step` (pooled and per seed) is its
       continuity correction (`stats.sign_flip_terms`). `testable` is False when the test cannot reject at any
-      difference (too few questions): then no MDE, and nothing is detectable.
+      difference, decided on the real number of `questions` (its smallest p-value is 2 / 2^questions,
+      `stats.sign_flip_rejects`): then no MDE, and nothing is detectable. Benchmarks of unequal sizes can leave
+      `effective_questions` at or below z_{1-alpha/2}^2 (3.84 at alpha 0.05) while the real count is testable
+      (1 + 20 questions: 3.81), where the threshold's normal approximation has none (`stats.sign_flip_approximable`):
+      then no MDE is computed and `detectable` is None (unknown), though the test can reject.
     - `seeds[s]`: each seed's `difference`, `se` and `mde` (its trained model fixed), and `rule_mde` at power
       `rule_power` = power^(1/S): the verdict rule asks all S seeds' intervals to exclude 0, which independent
       seeds with that power each do together with probability `compare.power` (seeds answering the same
@@ -217,11 +221,12 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     def question_se(seeds: Sequence[int]) -> float:
         return paired_difference_se(*pairs(seeds), seed=c.seed, resamples=c.resamples)
 
+    questions = len(next(iter(a.values())))
     effective = sign_flip_terms(*pairs(list(a)))[0]  # the same for every seed: the same benchmarks and sizes
-    testable = sign_flip_threshold(0.0, effective, level=c.level) is not None
+    testable = sign_flip_rejects(questions, level=c.level)  # on the real count: its smallest p is 2 / 2^questions
 
     def mde(se: float, step: float, **seeds: float) -> float | None:
-        terms = {"questions": effective, "step": step, "level": c.level, "power": c.power}
+        terms = {"questions": effective, "count": questions, "step": step, "level": c.level, "power": c.power}
         return detectable_difference(se, **terms | seeds) if se or seeds.get("se_seeds") else None
 
     seeds = {}
@@ -237,7 +242,6 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         d["rule_mde"] = mde(d["se"], d["step"], spread=sd_seeds or 0.0, power=rule_power)
     se = float(np.hypot(se_questions, se_seeds or 0.0))
     published = published_difference(cfg.claim, metric)
-    questions = len(next(iter(a.values())))
     blocked = [
         s for s, d in seeds.items() if published is not None and not d["se"] and not d["difference"] * published > 0
     ]

@@ -115,7 +115,11 @@ def _mde(power: Mapping) -> str:
     per_seed = [d["rule_mde"] for d in power["seeds"].values() if d["rule_mde"] is not None]
     seeds = f" ({min(per_seed):.2f}-{max(per_seed):.2f})" if per_seed else ""
     if power["mde"] is None:
-        return "none: no spread" if power["testable"] else "none: too few questions"
+        if not power["testable"]:
+            return "none: too few questions"
+        if not power["se"]:
+            return "none: no spread"
+        return f"none: {power['effective_questions']:.2f} effective questions, too few for its approximation"
     return f"{power['mde']:.2f}{seeds}"
 
 
@@ -152,6 +156,15 @@ def _detection(power: Mapping) -> str:
             f"at {power['questions']} questions the verdict rule's sign-flip test cannot reject no difference at "
             f"alpha = {power['alpha']:.2f} whatever the difference (its smallest p-value is 2 / 2^questions): no "
             "difference was detectable." + _planning(power)
+        )
+    if mde is None and power["se"]:
+        z2 = statistics.NormalDist().inv_cdf(1 - power["alpha"] / 2) ** 2
+        return (
+            f"the benchmarks' unequal sizes leave {power['effective_questions']:.2f} effective questions (K^2 / sum "
+            f"1/n_k), at most z^2 = {z2:.2f}, where the normal approximation that sizes the sign-flip test has no "
+            f"threshold, so no minimum detectable difference is computed (the exact test over the "
+            f"{power['questions']} questions can reject: its smallest p-value is 2 / 2^{power['questions']}); "
+            "whether this experiment could have detected the published difference is unknown." + _planning(power)
         )
     if mde is None:
         return (

@@ -319,18 +319,21 @@ def detectable_difference(
     spread: float = 0.0,
     questions: float | None = None,
     step: float = 0.0,
+    count: float | None = None,
     level: float = 0.95,
     power: float = 0.8,
 ) -> float | None:
     """The true difference that the verdict's two-sided sign-flip test at alpha = 1 - level finds with
     probability `power`: `sign_flip_threshold` + z_power * sqrt(se^2 + se_seeds^2 + spread^2), the threshold at
-    the test's SE sqrt(se^2 + se_seeds^2). None when the test cannot reject at any difference.
+    the test's SE sqrt(se^2 + se_seeds^2). None when the test cannot reject at any difference, or its normal
+    approximation gives no threshold (`sign_flip_threshold`).
 
     `se`: over the questions; `se_seeds`: how the seeds' mean varies with training, in the test and the estimate
     (a test of the seed-averaged difference that is about training); `spread`: how one seed's own difference
     varies with training, which its test over the questions (its trained model fixed) does not see.
     `questions`, `step`: `sign_flip_terms` (None: many questions, where the threshold is z_{1-alpha/2} x SE and
-    this is `minimum_detectable_difference(se)` with neither seed term).
+    this is `minimum_detectable_difference(se)` with neither seed term); `count`: the real number of questions
+    (None: `questions`, as for benchmarks of one size).
 
     >>> round(detectable_difference(3.0, spread=4.0), 4)  # 1.9600 x 3 + 0.8416 x sqrt(3^2 + 4^2)
     10.088
@@ -342,29 +345,59 @@ def detectable_difference(
     if not se >= 0 or not se_seeds >= 0 or not spread >= 0:
         raise ValueError(f"se, se_seeds and spread must be >= 0, got {se}, {se_seeds} and {spread}")
     null = math.hypot(se, se_seeds)
-    threshold = sign_flip_threshold(null, questions, step, level=level)
+    threshold = sign_flip_threshold(null, questions, step, level=level, count=count)
     return None if threshold is None else threshold + _z(level, power)[1] * math.hypot(null, spread)
 
 
-def sign_flip_threshold(se: float, questions: float | None, step: float = 0.0, *, level: float = 0.95) -> float | None:
+def sign_flip_threshold(
+    se: float, questions: float | None, step: float = 0.0, *, level: float = 0.95, count: float | None = None
+) -> float | None:
     """The smallest estimate that the two-sided sign-flip test at alpha = 1 - level rejects, normal approximation:
     t solving t - step = z_{1-alpha/2} * sqrt(se^2 + t^2 / questions), i.e. t = (step + sqrt(c step^2 + (1 - c)
-    z^2 se^2)) / (1 - c), c = z^2 / questions (see the module docstring). None when the test cannot reject at
-    all: c >= 1, or 2^(1 - questions) > alpha (the most extreme of n questions' sign patterns has p = 2 / 2^n).
-    `questions` None: z_{1-alpha/2} * se (a z-test, many questions).
+    z^2 se^2)) / (1 - c), c = z^2 / questions (see the module docstring); `questions` the effective number
+    (`sign_flip_terms`), `count` the real one (None: `questions`, as for benchmarks of one size). None when the
+    test cannot reject at all (not `sign_flip_rejects`: at `count`), or when the approximation has no threshold
+    (not `sign_flip_approximable`: c >= 1; unequal benchmarks can leave that few effective questions of many
+    real ones, whose exact test rejects). `questions` None: z_{1-alpha/2} * se (a z-test, many questions).
 
     >>> round(sign_flip_threshold(1.0, 24), 4), round(sign_flip_threshold(1.0, None), 4)
     (2.1386, 1.96)
     >>> sign_flip_threshold(1.0, 5) is None  # 2 / 2^5 > 0.05
     True
+    >>> sign_flip_threshold(1.0, 3.81, count=21) is None, sign_flip_threshold(1.0, 5, count=21) is None  # 1 + 20
+    (True, False)
     """
     z_alpha = _z(level, 0.5)[0]
     if questions is None:
         return z_alpha * se
     c = z_alpha**2 / questions
-    if c >= 1 or 2 ** (1 - questions) > 1 - level:
+    if not sign_flip_approximable(questions, level=level) or not sign_flip_rejects(
+        questions if count is None else count, level=level
+    ):
         return None
     return (step + math.sqrt(c * step**2 + (1 - c) * (z_alpha * se) ** 2)) / (1 - c)
+
+
+def sign_flip_rejects(count: float, *, level: float = 0.95) -> bool:
+    """Whether the two-sided sign-flip test over `count` questions can reject "no difference" at alpha = 1 - level
+    at all: the most extreme of their 2^count sign patterns has p = 2 / 2^count, which must be at most alpha.
+
+    >>> sign_flip_rejects(5), sign_flip_rejects(6)  # 2 / 32 > 0.05 >= 2 / 64
+    (False, True)
+    """
+    return 2 ** (1 - count) <= 1 - level
+
+
+def sign_flip_approximable(questions: float, *, level: float = 0.95) -> bool:
+    """Whether the sign-flip test's normal approximation (`sign_flip_threshold`) gives a threshold at `questions`
+    effective questions (`sign_flip_terms`): c = z_{1-alpha/2}^2 / questions below 1, i.e. more than 3.84 at
+    alpha 0.05. Benchmarks of one size have as many as they have questions, and 6 are the fewest that
+    `sign_flip_rejects` at that alpha.
+
+    >>> sign_flip_approximable(3.81), sign_flip_approximable(3.87)
+    (False, True)
+    """
+    return _z(level, 0.5)[0] ** 2 < questions
 
 
 def questions_to_detect(
@@ -382,9 +415,9 @@ def questions_to_detect(
     """The fewest questions (in the same mix) at which `detectable_difference` reaches |`target`|: at `questions`
     the SE over questions is `se_questions`, the sign-flip terms `effective` (its `questions`; None: left out) and
     `step`; at r times the questions the SE shrinks as 1/sqrt(r), `effective` grows r-fold and `step` shrinks
-    r-fold, while the seeds' `se_seeds` and `spread` (None: not measured) stay. None when they alone leave no
-    room, z_{1-alpha/2} * se_seeds + z_power * sqrt(se_seeds^2 + spread^2) >= |target|: no number of questions
-    would reach the target.
+    r-fold (whether the test rejects at all is decided on the real count, `sign_flip_rejects`), while the seeds'
+    `se_seeds` and `spread` (None: not measured) stay. None when they alone leave no room, z_{1-alpha/2} *
+    se_seeds + z_power * sqrt(se_seeds^2 + spread^2) >= |target|: no number of questions would reach the target.
 
     >>> questions_to_detect(2 * minimum_detectable_difference(1.0), 4.0, 24)  # SE 4 -> 2: 4x the questions
     96
@@ -402,6 +435,7 @@ def questions_to_detect(
     def reached(count: int) -> bool:
         r = count / questions
         terms = {"questions": None} if effective is None else {"questions": effective * r, "step": step / r}
+        terms["count"] = count
         mde = detectable_difference(se_questions / math.sqrt(r), **terms, **seeds)
         return mde is not None and mde <= abs(target) + 1e-9
 
