@@ -220,7 +220,8 @@ def test_a_kl_past_max_kl_sets_aside_the_state_it_measured_and_a_rerun_resumes_t
         with pytest.raises(TrainingDiverged, match=r"diverged at step 3: kl to the starting policy") as stop:
             run_steps(trainer.cfg, trainer, progress, state, "key", always_signal, NullTracker())
         assert "set aside as past-max-kl-step-000002" in str(stop.value)
-        assert f"the last good state is {state / 'step-000001'};" in str(stop.value)
+        kept = f"the newest kept state is {state / 'step-000001'}, whose KL was measured under the limit at step 2;"
+        assert kept in str(stop.value)
         assert [p.name for p in sorted(state.glob("step-*"))] == ["step-000001"]
         assert (state / "past-max-kl-step-000002" / "meta.json").is_file()  # kept for inspection
         assert [row["kl"] for row in progress.history] == pytest.approx(kl)
@@ -255,6 +256,43 @@ def test_without_a_kl_term_the_kl_is_measured_every_kl_every_steps_and_its_guard
     short = _trainer(tiny_backbone, tmp_path / "short", ["conclusion"], grpo, {"kl_every": 8, "max_kl": 1e-3})
     with pytest.raises(TrainingDiverged, match=r"diverged at step 4: kl to the starting policy"):
         run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", "key", always_signal, NullTracker())
+
+
+def test_a_kl_measured_every_few_steps_names_the_newest_kept_state_for_what_is_known_of_it(tiny_backbone, tmp_path):
+    """kl_every 2: the KL is measured at steps 2 (of the state after step 1) and 4 (after step 3). max_kl between
+    them stops the run at step 4 and sets step 3's state aside; the newest kept state, step 2's, was never
+    measured, so it is not "the last good state": the message says when the KL was last measured under the limit."""
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    grpo = {"kl_coef": 0.0, "learning_rate": 1.0, "steps": 4}  # KLs 0, 0.031, 0.017, 6.0
+    budgets = {"four_steps": {"steps": 4}}
+    always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
+    free = _trainer(
+        tiny_backbone, tmp_path / "free", ["conclusion"], grpo, {"kl_every": 2, "max_kl": 1e9}, budgets=budgets
+    )
+    progress = Progress([])
+    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", "key", always_signal, NullTracker())
+    kl = {row["step"]: row["kl"] for row in progress.history if "kl" in row}
+    assert list(kl) == [2, 4] and kl[2] < kl[4]
+    state = tmp_path / "state"
+    health = {"kl_every": 2, "max_kl": (kl[2] + kl[4]) / 2}
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, health, budgets=budgets)
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 4: kl to the starting policy") as stop:
+        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker())
+    said = str(stop.value)
+    assert "set aside as past-max-kl-step-000003" in said and "last good" not in said
+    assert (
+        f"the newest kept state is {state / 'step-000002'}, whose KL was not measured (the KL was last measured "
+        "under the limit at step 2, that of the policy saved after step 1);"
+    ) in said
+    # a run shorter than kl_every is measured at its last step only: nothing before it was measured
+    short = _trainer(tiny_backbone, tmp_path / "short", ["conclusion"], grpo, {"kl_every": 8, "max_kl": 1e-3})
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 4") as stop:
+        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", "key", always_signal, NullTracker())
+    assert "whose KL was not measured (no KL was measured before step 4);" in str(stop.value)
 
 
 def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone, tmp_path):

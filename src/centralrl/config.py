@@ -791,7 +791,7 @@ class GrpoConfig(Section):
 class HealthConfig(Section):
     """Collapse guards (`centralrl.rl.health`): a step with a non-finite loss, reward, grad norm or KL, with KL
     above `max_kl`, or ending a run of zero-reward steps covering `dead_questions` questions after a positive
-    step, stops the run unsaved (which saved state is then the last good one: `centralrl.rl.health`)."""
+    step, stops the run unsaved (which saved state a rerun then resumes from: `centralrl.rl.health`)."""
 
     max_kl: float = Field(
         2.0, gt=0, description="stop when the mean per-token k3 KL to the starting policy passes this"

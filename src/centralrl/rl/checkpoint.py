@@ -6,7 +6,7 @@ machine that shaped it). No generator state: every draw of a step derives from (
 dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
 atomically and replaces the older steps but the one before it: the KL the next step logs is that of this
 state's policy, and when it passes `train.health.max_kl` the run sets this state aside and the one before is the
-last good state (`centralrl.rl.health`). `latest_state` picks the newest complete state with the caller's
+newest kept state (`centralrl.rl.health`). `latest_state` picks the newest complete state with the caller's
 fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
 resumed; `restore` loads one into a trainer. A budget's cut (`save_cut`) is a snapshot of the adapters, kept
 under `state_dir/cuts/<budget>/` until the run writes its outputs.

@@ -2,9 +2,9 @@
 starting policy passes `train.health.max_kl`, stops the run.
 
 The run (`centralrl.rl.run`) checks every step's metrics after logging them and before saving the step's state;
-a problem raises `TrainingDiverged` naming the step, the monitor and the last good state. Every metric of step k
-comes from its rollout and update, and both start from the policy saved after step k-1; which state is bad
-depends on the monitor:
+a problem raises `TrainingDiverged` naming the step, the monitor and the state a rerun resumes from. Every metric
+of step k comes from its rollout and update, and both start from the policy saved after step k-1; which state is
+bad depends on the monitor:
 
 - loss, reward or grad norm not finite (`update_problem`): step k's update (the rewards are its input).
   Applied, it would write non-finite weights, so nothing of step k is saved, and the newest state (the policy
@@ -14,8 +14,11 @@ depends on the monitor:
   update's first forward, before any of its optimizer steps (with `updates_per_rollout` > 1 it is the mean over
   the passes, the later ones on the policy within the step), so the state saved after step k-1 is the one past
   the limit: the run sets it aside as `past-max-kl-step-<k-1>` (kept for inspection, never resumed), and the
-  state saved before it (`centralrl.rl.checkpoint` keeps two for this) is the last good one. It is checked
-  first: with a KL term, an infinite KL makes the loss infinite too.
+  state saved before it (`centralrl.rl.checkpoint` keeps two for this) is the newest kept one. That state is
+  known to be under the limit only when its own KL was measured (step k-1's, every step with a KL term); without
+  a KL term the KL is measured every `kl_every` steps, so the message says whether it was, and if not, the step
+  at which the KL was last measured under the limit (the states since were not measured). It is checked first:
+  with a KL term, an infinite KL makes the loss infinite too.
 - a reward collapse (`collapse_problem`): the policy of the last steps, every one of which scored 0. A
   zero-reward step skips its update, so a state saved during those steps plays that policy; the newest state
   is kept for inspection, not as a good one.
@@ -28,6 +31,10 @@ Search-R1-style training (its issue #88); this is the guard Search-R1 lacks.
 The KL is the k3 estimate over the step's trained tokens, measured every step when `kl_coef` > 0; with no KL term
 the reference forward is skipped, except every `train.health.kl_every` steps, where one no-grad reference forward
 measures the KL for this guard (a step without it has no "kl" metric, and only the finiteness monitors run).
+The policy a run ends with is never measured: the last step's KL is that of the policy it started from (after
+step `steps` - 1), and measuring the one its update made would take another rollout, so the last update can pass
+`max_kl` unseen (the finiteness monitors still see its loss and grad norm). Likewise a budget's cut (the adapters
+after step b) is measured only when step b + 1 measures the KL, and a run ends at its last cut.
 
 The KL guard cannot see a policy that collapsed to answers that are always wrong: every group then has equal
 (zero) rewards, the step is skipped, and no KL is measured. Measured on SmolLM2 at learning rate 1e-3: the

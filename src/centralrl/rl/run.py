@@ -310,9 +310,11 @@ def run_steps(
 def _stop_if_diverged(
     cfg: Config, metrics: dict[str, float], history: list[dict], step: int, state: Path, is_main: bool
 ) -> None:
-    """Raise `TrainingDiverged` when a monitor (`centralrl.rl.health`) finds a problem at `step`, naming the last
-    good state. The KL is that of the policy the step started from, so the KL monitor also sets aside the state
-    saved after the step before (the main process moves it out of `step-*`: never resumed)."""
+    """Raise `TrainingDiverged` when a monitor (`centralrl.rl.health`) finds a problem at `step`, naming the state
+    a rerun resumes from. The KL is that of the policy the step started from, so the KL monitor also sets aside the
+    state saved after the step before (the main process moves it out of `step-*`: never resumed), and says what is
+    known of the newest kept one: whether its KL was measured (`history`: the steps with a "kl"), else when the KL
+    was last measured under the limit (without a KL term only every `train.health.kl_every` steps)."""
     health = cfg.train.health
     kl = kl_problem(metrics, health.max_kl)
     update = update_problem(metrics)
@@ -332,7 +334,9 @@ def _stop_if_diverged(
                 judged.rename(aside)
             why += f": {judged.name}, now set aside as {aside.name} (never resumed)"
     newest = saved[-1] if saved else "none (a rerun starts from step 0)"
-    if kl or update:
+    if kl:
+        kept = f"{why}; the newest kept state is {newest}" + (_kl_known(history, step, saved[-1]) if saved else "")
+    elif update:
         kept = f"{why}; the last good state is {newest}"
     else:
         kept = (
@@ -343,6 +347,20 @@ def _stop_if_diverged(
         f"training diverged at step {step}: {problem}; {kept}; lower train.grpo.learning_rate or check the step's "
         f"metrics in MLflow"
     )
+
+
+def _kl_known(history: list[dict], step: int, newest: Path) -> str:
+    """What the KL monitor knows of the newest kept state when it trips at `step`: the KL a step logs is that of the
+    state saved after the step before, and the earlier measurements were all under the limit."""
+    measured = [row["step"] for row in history if "kl" in row and row["step"] < step]
+    judged_at = int(newest.name.removeprefix("step-")) + 1  # the step whose KL would be this state's
+    if judged_at in measured:
+        return f", whose KL was measured under the limit at step {judged_at}"
+    if not measured:
+        return f", whose KL was not measured (no KL was measured before step {step})"
+    last = measured[-1]
+    policy = "the starting policy" if last == 1 else f"the policy saved after step {last - 1}"
+    return f", whose KL was not measured (the KL was last measured under the limit at step {last}, that of {policy})"
 
 
 def train_cell(
