@@ -47,8 +47,9 @@ def test_position_kl_by_hand():
 
 
 def test_batched_movement_equals_each_call_alone_and_regenerating(tiny_backbone, smoke_world):
-    """Left-padded batches with kept last positions give each call's KL and argmax decisions as a plain forward
-    pass of it alone; "changed" is what regenerating greedily with the start finds."""
+    """Right-padded batches (rows of similar length together, their shared prefix run once, the output head only at
+    completion positions) give each call's KL and argmax decisions as a plain forward pass of it alone; "changed"
+    is what regenerating greedily with the start finds."""
     from centralrl.config import LoraConfig, RoleTokens
 
     model, tokenizer, adapters = _joint_model(tiny_backbone, LoraConfig(r=8, alpha=16), ("central",))

@@ -192,7 +192,9 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       seeds with that power each do together with probability `compare.power` (seeds answering the same
       questions do so more often). A seed's test sees only its SE over the questions, but its own difference also
       varies with training by `sd_seeds`, the SD (ddof 1) of the kept seeds' differences (not divided by S):
-      `rule_mde` = z_{1-alpha/2} * se + z_rule_power * sqrt(se^2 + sd_seeds^2) (`stats.detectable_difference`).
+      `rule_mde` = t + z_rule_power * sqrt(se^2 + sd_seeds^2), t the sign-flip test's threshold at the seed's
+      `se`, the `effective_questions` and the seed's `step` (`stats.sign_flip_threshold`, which is z_{1-alpha/2}
+      * se only at many questions; `stats.detectable_difference`).
       With one kept seed `sd_seeds` is None and `rule_mde` holds the trained model fixed.
     - `detectable`: the published difference is at least the pooled MDE and every seed's `rule_mde`, and no
       seed is decided against it without spread (below).
