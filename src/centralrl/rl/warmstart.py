@@ -502,7 +502,7 @@ def warmstart(
             f"({cfg.warmstart.questions}): {len(questions)} training questions outside the dev split, "
             f"{selection['skipped_questions']} of those tried gave no trace"
             + (
-                f", and {selection['skipped_for_turns']} others had more hops than harness.max_turns ({h.max_turns})"
+                f" and {selection['skipped_for_turns']} had more hops than harness.max_turns ({h.max_turns})"
                 if "skipped_for_turns" in selection
                 else ""
             )
