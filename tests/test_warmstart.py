@@ -261,24 +261,6 @@ def test_no_decomposition_is_a_clear_error(policy, smoke_world, train_questions)
         build_traces(plain, 4, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
 
 
-def test_questions_with_more_hops_than_max_turns_are_counted_apart_and_named(policy, smoke_world, train_questions):
-    """At harness.max_turns 1 the harness cannot ask a 2-hop question's hops: those are counted apart from the
-    questions whose hops the retriever does not show, and when none is left the error names max_turns, not the
-    retriever. Without such a question the selection keeps its keys (the default run's metrics)."""
-    one = [q for q in train_questions if len(delegated_hops(q)) == 1][:2]
-    two = [q for q in train_questions if len(delegated_hops(q)) == 2][:2]
-    index = smoke_world[2]
-    _, selection = build_traces(one + two, 4, index, TOP_K, CHARS, policy, max_turns=1)
-    assert selection["skipped_for_turns"] == 2
-    assert selection["questions"] + selection["skipped_questions"] == 2
-    _, selection = build_traces(one + two, 4, index, TOP_K, CHARS, policy, max_turns=2)
-    assert "skipped_for_turns" not in selection and selection["questions"] + selection["skipped_questions"] == 4
-    with pytest.raises(DataError) as error:
-        build_traces(two, 4, index, TOP_K, CHARS, policy, max_turns=1)
-    said = str(error.value)
-    assert "all 2 of them have more hops than harness.max_turns (1)" in said and "retriever" not in said
-
-
 @pytest.fixture(scope="module")
 def stage_inputs(tmp_path_factory, smoke_world):
     folder = tmp_path_factory.mktemp("warmstart")
@@ -345,12 +327,6 @@ def test_fewer_questions_than_asked_for_are_said_not_taken_silently(stage_inputs
     _, metrics = run_stage(folder, params, tiny_backbone, "start-many", train="few.jsonl")
     assert metrics["questions"] <= 2
     said = f"warm start: {metrics['questions']} questions gave traces, fewer than warmstart.questions (4)"
-    assert said in capsys.readouterr().out
-    # at harness.max_turns 1 the 2-hop questions are skipped for it, and the line says so
-    one_turn = write_params(folder / "one-turn", {"warmstart": {"questions": 40}, "harness": {"max_turns": 1}})
-    _, metrics = run_stage(folder, one_turn, tiny_backbone, "start-one-turn")
-    assert metrics["skipped_for_turns"] > 0
-    said = f"{metrics['skipped_for_turns']} had more hops than harness.max_turns (1)"
     assert said in capsys.readouterr().out
 
 

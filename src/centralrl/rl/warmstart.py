@@ -415,10 +415,7 @@ def build_traces(
     max_turns: int,
 ) -> tuple[list[Trace], dict]:
     """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer in
-    `max_turns` central turns; `counted`: the central plans count facts (`central_plan`). The selection counts
-    the questions tried that gave no trace: `skipped_for_turns` those with more hops than `max_turns` (present
-    only when some were, so a run without any keeps its metrics' keys), `skipped_questions` the others (a hop's
-    answer not in the retriever's top_k, a sub-question too long)."""
+    `max_turns` central turns; `counted`: the central plans count facts (`central_plan`)."""
     candidates = [q for q in questions if q.decomposition]
     if not candidates:
         benchmarks = sorted({q.benchmark for q in questions})
@@ -428,13 +425,10 @@ def build_traces(
             " data.questions (split train), or set warmstart.enabled: false"
         )
     traces: list[Trace] = []
-    used, skipped, too_long = 0, 0, 0
+    used, skipped = 0, 0
     for question in interleave(candidates):
         if used == wanted:
             break
-        if len(delegated_hops(question)) > max_turns:  # the harness could not ask them all
-            too_long += 1
-            continue
         built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted, max_turns=max_turns)
         if built:
             traces.extend(built)
@@ -442,23 +436,12 @@ def build_traces(
         else:
             skipped += 1
     if not traces:
-        turns = f"more hops than harness.max_turns ({max_turns}), which the harness could not ask"
-        retrieval = (
-            f"the retriever never showed every hop's answer in its top {top_k} passages (or the sub-questions "
-            "were too long)"
-        )
-        if not skipped:
-            why = f"all {too_long} of them have {turns}"
-        elif too_long:
-            why = f"{too_long} of them have {turns}; for the other {skipped} {retrieval}"
-        else:
-            why = retrieval
         raise DataError(
-            f"warm start: none of the {len(candidates)} questions with a decomposition gave a trace: {why}"
+            f"warm start: none of the {len(candidates)} questions with a decomposition gave a trace: the retriever"
+            f" never showed every hop's answer in its top {top_k} passages (or the sub-questions were too long)"
         )
     by_role = {role: sum(t.role == role for t in traces) for role in ROLES}
-    turns = {"skipped_for_turns": too_long} if too_long else {}
-    return traces, {"questions": used, "skipped_questions": skipped, **turns, "traces_by_role": by_role}
+    return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
 
 
 def warmstart(
@@ -501,11 +484,6 @@ def warmstart(
             f"warm start: {selection['questions']} questions gave traces, fewer than warmstart.questions "
             f"({cfg.warmstart.questions}): {len(questions)} training questions outside the dev split, "
             f"{selection['skipped_questions']} of those tried gave no trace"
-            + (
-                f" and {selection['skipped_for_turns']} had more hops than harness.max_turns ({h.max_turns})"
-                if "skipped_for_turns" in selection
-                else ""
-            )
         )
     merged, stats = supervised_finetune(model, tokenizer, traces, cfg.warmstart, cfg.lora, log)
     with atomic_directory(out_dir) as tmp:
