@@ -469,15 +469,8 @@ def main(args: argparse.Namespace) -> None:
     figures["drift"]["resolved"] = {p: str(compute_dtype(p, device)) for p in sorted({*rollouts, *updates})}
     del configured, configured_samples
     if args.warmstart_steps:
-        h = cfg.harness
         traces, _ = build_traces(
-            questions,
-            cfg.warmstart.questions,
-            retriever,
-            cfg.retrieval.top_k,
-            h.passage_chars,
-            policy,
-            max_turns=h.max_turns,
+            questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy
         )
         del policy, samples  # each warm-start run loads its own model: the peak is the warm start's alone
         figures["warmstart"] = warmstart_figures(cfg, args, traces)

@@ -36,7 +36,6 @@ from conftest import write_params
 
 FROZEN = {"central": None, "retrieval": None, "conclusion": None, "agent": None}
 TOP_K, CHARS = 3, 200
-MAX_TURNS = 5  # more than any smoke question's hops: every trace's central agent concludes on its own
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,7 @@ class ReplayPolicy(RolePolicy):
 def test_traces_parse_to_the_intended_actions(policy, smoke_world, train_questions):
     tokenizer = policy.tokenizer
     for question in one_per_benchmark(train_questions):
-        traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+        traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
         hops = delegated_hops(question)
         comparison = "comparison" in question.benchmark
         assert len(hops) == len(question.decomposition) - comparison  # a comparison's last step is not delegated
@@ -103,8 +102,8 @@ def test_traces_parse_to_the_intended_actions(policy, smoke_world, train_questio
 
 def test_counted_plans_state_the_facts_needed_and_held_on_the_same_prompts(policy, smoke_world, train_questions):
     for question in one_per_benchmark(train_questions):
-        fixed = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
-        counted = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, counted=True, max_turns=MAX_TURNS)
+        fixed = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
+        counted = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, counted=True)
         hops = len(delegated_hops(question))
         plans = [policy.tokenizer.decode(t.target_ids).split("</think>")[0] for t in counted if t.role == "central"]
         needs = f"The question needs {hops} fact{'s' if hops > 1 else ''}; the notes hold "
@@ -116,25 +115,17 @@ def test_counted_plans_state_the_facts_needed_and_held_on_the_same_prompts(polic
         assert [parse_trace(t, policy.tokenizer) for t in counted] == [parse_trace(t, policy.tokenizer) for t in fixed]
 
 
-@pytest.mark.parametrize("spare_turns", [1, 0], ids=["concludes", "conclusion_forced"])
-def test_traces_replayed_through_the_harness_see_the_harness_prompts(
-    policy, smoke_world, train_questions, spare_turns
-):
-    """With a turn to spare the central agent concludes; with exactly one turn per hop the harness forces the
-    conclusion, so the traces hold no concluding central call (it would train a state the harness never shows)."""
+def test_traces_replayed_through_the_harness_see_the_harness_prompts(policy, smoke_world, train_questions):
     for question in one_per_benchmark(train_questions):
-        hops = len(delegated_hops(question))
-        traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, max_turns=hops + spare_turns)
+        traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
         replay = ReplayPolicy(policy.tokenizer, traces)
-        s = RunSettings(hops + spare_turns, RoleTokens(), passage_chars=CHARS, top_k=TOP_K, greedy=True)
+        hops = len(delegated_hops(question))
+        s = RunSettings(hops + 1, RoleTokens(), passage_chars=CHARS, top_k=TOP_K, greedy=True)
         [episode] = run_central([question], replay, smoke_world[2], s)
         assert replay.seen == [(t.role, t.prompt_ids) for t in traces]  # every role, every turn, token for token
-        assert not replay.queue  # every trace was a call the harness made
-        assert episode.concluded == bool(spare_turns) != episode.forced and episode.invalid_actions == 0
+        assert episode.concluded and not episode.forced and episode.invalid_actions == 0
         assert episode.prediction == question.golden_answers[0]
         assert [sub for sub, _ in episode.notes] == [t.content for t in traces if t.action == "delegate"]
-        if hops > 1:  # more hops than turns: the harness could not ask them all
-            assert oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, max_turns=hops - 1) == []
 
 
 def test_musique_style_hops_become_self_contained_and_unseen_answers_skip_the_question(policy):
@@ -150,7 +141,7 @@ def test_musique_style_hops_become_self_contained_and_unseen_answers_skip_the_qu
     question = Question(
         "m1", "Where was the director of The Velmar Gate born?", ("Telmarra",), "musique", "train", (), steps
     )
-    traces = oracle_traces(question, index, 2, CHARS, policy, max_turns=MAX_TURNS)
+    traces = oracle_traces(question, index, 2, CHARS, policy)
     delegated = [parse_trace(t, policy.tokenizer)[1] for t in traces if t.role == "central"][:2]
     assert delegated == ["What is the director of The Velmar Gate?", "Where was Ona Brill born?"]
     assert [t.content for t in traces if t.role == "retrieval"] == [
@@ -166,11 +157,11 @@ def test_musique_style_hops_become_self_contained_and_unseen_answers_skip_the_qu
         (),
         (steps[0], SubQuestion("In which country is #1's birthplace?", "Oshvania", ("b",))),
     )
-    assert oracle_traces(unseen, index, 2, CHARS, policy, max_turns=MAX_TURNS) == []
+    assert oracle_traces(unseen, index, 2, CHARS, policy) == []
 
 
 def test_only_target_tokens_are_trained(backbone, policy, smoke_world, train_questions):
-    traces = oracle_traces(train_questions[0], smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    traces = oracle_traces(train_questions[0], smoke_world[2], TOP_K, CHARS, policy)
     ids, mask, labels = collate(traces, pad_id=policy.tokenizer.pad_token_id)
     for row, t in enumerate(traces):
         n_prompt, n_target = len(t.prompt_ids), len(t.target_ids)
@@ -197,7 +188,7 @@ def test_only_target_tokens_are_trained(backbone, policy, smoke_world, train_que
 
 
 def test_a_few_steps_lower_the_training_loss(tiny_backbone, policy, smoke_world, train_questions):
-    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
     model, tokenizer = load_backbone(tiny_backbone)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cfg = WarmstartConfig(epochs=6, learning_rate=3e-3, micro_batch_size=len(traces))  # one batch: same data each step
@@ -215,7 +206,7 @@ def test_a_few_steps_lower_the_training_loss(tiny_backbone, policy, smoke_world,
 def test_the_learning_rate_follows_warmstart_lr_schedule(
     tiny_backbone, policy, smoke_world, train_questions, schedule, factors
 ):
-    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
     model, tokenizer = load_backbone(tiny_backbone)
     cfg = WarmstartConfig(epochs=4, learning_rate=1e-3, lr_schedule=schedule, micro_batch_size=len(traces))
     used = []  # the rate each optimizer step runs with, read just before it
@@ -232,7 +223,7 @@ def test_the_learning_rate_follows_warmstart_lr_schedule(
 def test_a_warm_start_whose_loss_is_not_finite_stops_naming_the_step(
     tiny_backbone, policy, smoke_world, train_questions
 ):
-    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
     model, tokenizer = load_backbone(tiny_backbone)
     with torch.no_grad():
         model.get_output_embeddings().weight.fill_(float("inf"))  # diverged weights: every loss is NaN
@@ -242,7 +233,7 @@ def test_a_warm_start_whose_loss_is_not_finite_stops_naming_the_step(
 
 
 def test_activation_checkpointing_trains_the_same_warm_start(tiny_backbone, policy, smoke_world, train_questions):
-    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+    traces, _ = build_traces(train_questions, 2, smoke_world[2], TOP_K, CHARS, policy)
     runs = []
     for enabled in (False, True):
         model, tokenizer = load_backbone(tiny_backbone)
@@ -258,7 +249,7 @@ def test_activation_checkpointing_trains_the_same_warm_start(tiny_backbone, poli
 def test_no_decomposition_is_a_clear_error(policy, smoke_world, train_questions):
     plain = [Question(q.id, q.question, q.golden_answers, "hotpotqa", "train") for q in train_questions[:3]]
     with pytest.raises(DataError, match="synthetic world and MuSiQue"):
-        build_traces(plain, 4, smoke_world[2], TOP_K, CHARS, policy, max_turns=MAX_TURNS)
+        build_traces(plain, 4, smoke_world[2], TOP_K, CHARS, policy)
 
 
 @pytest.fixture(scope="module")

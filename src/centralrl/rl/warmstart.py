@@ -4,13 +4,11 @@ A tiny backbone (SmolLM2-135M, let alone the random smoke Qwen2) rarely writes a
 GRPO would see a group of identical zero rewards and learn nothing. Before RL, this stage teaches every role
 the protocol on the calls a perfect harness would make:
 
-- `oracle_traces(question, retriever, top_k, passage_chars, policy, max_turns=...)`: for each hop of the gold
-  decomposition, a central call (target: `plan</think><subquestion>hop i</subquestion>` after the prefilled
-  `<think>`) and a retrieval call on the passages the retriever really returns for that sub-question (target:
-  the sentence of those passages that states the hop's answer, `...</note>`); then a central call that
-  concludes (only where the harness asks for one: not after a hop at the last of `harness.max_turns`, where it
-  forces the conclusion) and a conclusion call (target: `golden_answers[0]</answer>`). A question with more hops
-  than `max_turns` gives no trace. Prompts come from the harness's own builders
+- `oracle_traces(question, retriever, top_k, passage_chars, policy)`: for each hop of the gold decomposition,
+  a central call (target: `plan</think><subquestion>hop i</subquestion>` after the prefilled `<think>`) and a
+  retrieval call on the passages the retriever really returns for that sub-question (target: the sentence of
+  those passages that states the hop's answer, `...</note>`); then a central call that concludes and a
+  conclusion call (target: `golden_answers[0]</answer>`). Prompts come from the harness's own builders
   (`prompts.*_messages`, `PREFILL`, `RolePolicy.encode_chat`), and notes accumulate as the harness
   accumulates them, so a trace prompt is token for token what the harness shows that role in that state.
   Every target ends with the tokenizer's eos; `parse_trace` reads a trace back with the protocol parsers.
@@ -198,24 +196,15 @@ def _target(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
 
 
 def oracle_traces(
-    question: Question,
-    retriever: Retriever,
-    top_k: int,
-    passage_chars: int,
-    policy: RolePolicy,
-    counted: bool = False,
-    *,
-    max_turns: int,
+    question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy, counted: bool = False
 ) -> list[Trace]:
     """The role calls of a perfect harness on `question`, in episode order (central, retrieval per hop; then
-    central concluding, conclusion), as a harness of `max_turns` central turns makes them: after a question's
-    last hop at the last turn the harness forces the conclusion, so no central call concludes there. `policy`
-    supplies the harness's chat encoding and tokenizer (no model call is made). Empty when the question has no
-    usable hop, more hops than `max_turns` (the harness could not ask them all), a sub-question too long for the
-    protocol, or a hop whose answer the retriever does not show in its top_k passages.
+    central concluding, conclusion). `policy` supplies the harness's chat encoding and tokenizer (no model
+    call is made). Empty when the question has no usable hop, a sub-question is too long for the protocol,
+    or the retriever does not show some hop's answer in its top_k passages.
     """
     hops = delegated_hops(question)
-    if not hops or len(hops) > max_turns or any(len(sub) > MAX_SUBQUESTION_CHARS for sub, _ in hops):
+    if not hops or any(len(sub) > MAX_SUBQUESTION_CHARS for sub, _ in hops):
         return []
     results = retriever.search([sub for sub, _ in hops], top_k)
     notes = [evidence_note(hop, hits, passage_chars) for (_, hop), hits in zip(hops, results)]
@@ -231,10 +220,9 @@ def oracle_traces(
         retrieval = policy.encode_chat(P.retrieval_messages(sub, hits, passage_chars), PREFILL["retrieval"])
         traces.append(Trace("retrieval", tuple(retrieval), _target(tok, f"{note}</note>"), "note", note))
         accumulated.append((sub, note))
-    if len(hops) < max_turns:  # else the harness forces the conclusion: the central agent is not asked
-        central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
-        conclude = _target(tok, f"{central_plan(counted, hops, len(hops))}</think><conclude></conclude>")
-        traces.append(Trace("central", tuple(central), conclude, "conclude", ""))
+    central = policy.encode_chat(P.central_messages(question.question, accumulated, None), PREFILL["central"])
+    conclude = _target(tok, f"{central_plan(counted, hops, len(hops))}</think><conclude></conclude>")
+    traces.append(Trace("central", tuple(central), conclude, "conclude", ""))
     answer = as_data(" ".join(question.golden_answers[0].split()))
     conclusion = policy.encode_chat(P.conclusion_messages(question.question, accumulated), PREFILL["conclusion"])
     traces.append(Trace("conclusion", tuple(conclusion), _target(tok, f"{answer}</answer>"), "answer", answer))
@@ -411,11 +399,9 @@ def build_traces(
     passage_chars: int,
     policy: RolePolicy,
     counted: bool = False,
-    *,
-    max_turns: int,
 ) -> tuple[list[Trace], dict]:
-    """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer in
-    `max_turns` central turns; `counted`: the central plans count facts (`central_plan`)."""
+    """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer;
+    `counted`: the central plans count facts (`central_plan`)."""
     candidates = [q for q in questions if q.decomposition]
     if not candidates:
         benchmarks = sorted({q.benchmark for q in questions})
@@ -429,7 +415,7 @@ def build_traces(
     for question in interleave(candidates):
         if used == wanted:
             break
-        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted, max_turns=max_turns)
+        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted)
         if built:
             traces.extend(built)
             used += 1
@@ -468,16 +454,8 @@ def warmstart(
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
     counted = cfg.warmstart.plans == "counted"
-    h = cfg.harness
     traces, selection = build_traces(
-        questions,
-        cfg.warmstart.questions,
-        retriever,
-        cfg.retrieval.top_k,
-        h.passage_chars,
-        policy,
-        counted,
-        max_turns=h.max_turns,
+        questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy, counted
     )
     if log and selection["questions"] < cfg.warmstart.questions:
         log(
