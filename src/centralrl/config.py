@@ -852,7 +852,7 @@ class WarmstartConfig(Section):
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
     lr_schedule: Literal[LR_SCHEDULES] = Field(  # type: ignore[valid-type]
-        "linear",
+        "constant",
         description="the learning rate over the warm start's steps (no warmup): constant, or linear/cosine decay to "
         "0 at the last step (the Hugging Face Trainer's default is linear)",
     )
