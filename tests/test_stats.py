@@ -320,14 +320,19 @@ def test_the_questions_needed_are_where_the_published_difference_becomes_detecta
     from centralrl.compare import power
     from centralrl.config import load_config
 
-    def result(questions):
-        a = {seed: _records([i % 2 for i in range(questions)]) for seed in (0, 1)}
-        return power(load_config(smoke_params), a, {seed: _records([0.0] * questions) for seed in (0, 1)}, "f1")
+    def result(questions, seeds=(0, 1)):
+        a = {seed: _records([i % 2 for i in range(questions)]) for seed in seeds}
+        return power(load_config(smoke_params), a, {seed: _records([0.0] * questions) for seed in seeds}, "f1")
 
     needed = result(40)["questions_needed"]
     assert needed == pytest.approx(4448, rel=0.1)
     assert (
         f"About {needed:,} test questions in the same mix (here 40) would, at these 2 seeds." in _notes(result(40))[0]
+    )
+    alone = result(40, seeds=(0,))["questions_needed"]
+    assert (
+        f"About {alone:,} test questions in the same mix (here 40) would, at this one seed."
+        in _notes(result(40, seeds=(0,)))[0]
     )
     assert result(2 * round(0.45 * needed))["detectable"] is False
     assert result(2 * round(0.55 * needed))["detectable"] is True

@@ -232,7 +232,7 @@ def _planning(power: Mapping) -> str:
         return text
     return (
         f" About {power['questions_needed']:,} test questions in the same mix (here {power['questions']}) would, "
-        f"at these {seeds} seeds."
+        f"at {'this one seed' if seeds == 1 else f'these {seeds} seeds'}."
     )
 
 
