@@ -40,10 +40,9 @@ import torch
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.config import load_config
-from centralrl.harness.engine import shared_prefix
 from centralrl.harness.episodes import run_central
 from centralrl.io import write_json
-from centralrl.movement import call_movement
+from centralrl.movement import batch_prefix, call_movement, movement_batches
 from centralrl.retrieval import open_retriever
 from centralrl.schema import read_questions
 
@@ -58,20 +57,6 @@ def timed(function, repeats: int) -> tuple[float, object]:
     return best, result
 
 
-def batch_prefixes(calls, batch_size: int) -> list[int]:
-    """The shared-prefix tokens of each batch `call_movement` runs (its order: per adapter, by length)."""
-    out = []
-    for adapter in sorted({c.adapter for c in calls}):
-        mine = sorted(
-            (c for c in calls if c.adapter == adapter), key=lambda c: len(c.prompt_ids) + len(c.completion_ids)
-        )
-        for start in range(0, len(mine), batch_size):
-            batch = mine[start : start + batch_size]
-            rows = [list(c.prompt_ids) + list(c.completion_ids) for c in batch]
-            out.append(min(shared_prefix(rows), min(len(c.prompt_ids) for c in batch) - 1))
-    return out
-
-
 def main(args: argparse.Namespace) -> None:
     out = check_out(args.out)
     torch.set_num_threads(args.threads)
@@ -84,7 +69,7 @@ def main(args: argparse.Namespace) -> None:
     figures = {"params": args.params, "adapters": args.adapters, "arm": args.arm, "calls": len(calls)}
     figures["threads"], figures["batch_size"] = args.threads, size
     figures["mean_prompt_tokens"] = round(sum(len(c.prompt_ids) for c in calls) / len(calls), 1)
-    prefixes = batch_prefixes(calls, size)
+    prefixes = [batch_prefix([calls[i] for i in batch]) for _, batch in movement_batches(calls, size)]
     figures["mean_shared_prefix_tokens"] = round(sum(prefixes) / len(prefixes), 1)
     whole_s, whole = timed(lambda: call_movement(policy.model, calls, pad, size, share_prefix=False), args.repeats)
     shared_s, shared = timed(lambda: call_movement(policy.model, calls, pad, size), args.repeats)

@@ -46,6 +46,30 @@ def position_kl(policy_logits: torch.Tensor, start_logits: torch.Tensor) -> torc
     return (logp.exp() * (logp - logq)).sum(-1).clamp_min(0.0)  # rounding can put a KL of ~0 just below 0
 
 
+def movement_batches(calls: Sequence[RoleCall], batch_size: int) -> list[tuple[str, list[int]]]:
+    """(adapter, indices into `calls`) of each batch `call_movement` runs: per adapter (sorted), rows of similar
+    length together (by prompt + completion tokens, ties in call order), `batch_size` at most.
+
+    >>> call = lambda adapter, prompt: RoleCall("central", adapter, 0, prompt, (9,), (0.0,), "", True)
+    >>> movement_batches([call("b", (1, 2)), call("a", (1, 2, 3)), call("a", (1,)), call("a", (2,))], 2)
+    [('a', [2, 3]), ('a', [1]), ('b', [0])]
+    """
+    out = []
+    for adapter in sorted({c.adapter for c in calls}):
+        mine = sorted(
+            (i for i, c in enumerate(calls) if c.adapter == adapter),
+            key=lambda i: (len(calls[i].prompt_ids) + len(calls[i].completion_ids), i),
+        )
+        out += [(adapter, mine[start : start + batch_size]) for start in range(0, len(mine), batch_size)]
+    return out
+
+
+def batch_prefix(calls: Sequence[RoleCall]) -> int:
+    """The tokens every call of a batch shares before its first completion position's input: run once."""
+    rows = [list(c.prompt_ids) + list(c.completion_ids) for c in calls]
+    return min(shared_prefix(rows), min(len(c.prompt_ids) for c in calls) - 1)
+
+
 @torch.no_grad()
 def _batch_movement(
     model, calls: Sequence[RoleCall], adapter: str, pad: int, share_prefix: bool
@@ -55,7 +79,7 @@ def _batch_movement(
     only at completion positions."""
     device = next(model.parameters()).device
     rows = [list(c.prompt_ids) + list(c.completion_ids) for c in calls]
-    shared = min(shared_prefix(rows), min(len(c.prompt_ids) for c in calls) - 1) if share_prefix else 0
+    shared = batch_prefix(calls) if share_prefix else 0
     width = max(len(r) for r in rows)
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
     attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
@@ -84,15 +108,9 @@ def call_movement(
     """(changed, mean per-token KL(policy || start)) of each call, in order; batched per adapter, rows of similar
     length together (`share_prefix`: see `_batch_movement`; off only to measure what it saves)."""
     out: list[tuple[bool, float]] = [(False, 0.0)] * len(calls)
-    for adapter in sorted({c.adapter for c in calls}):
-        mine = sorted(
-            (i for i, c in enumerate(calls) if c.adapter == adapter),
-            key=lambda i: (len(calls[i].prompt_ids) + len(calls[i].completion_ids), i),
-        )
-        for start in range(0, len(mine), batch_size):
-            batch = mine[start : start + batch_size]
-            for i, moved in zip(batch, _batch_movement(model, [calls[i] for i in batch], adapter, pad, share_prefix)):
-                out[i] = moved
+    for adapter, batch in movement_batches(calls, batch_size):
+        for i, moved in zip(batch, _batch_movement(model, [calls[i] for i in batch], adapter, pad, share_prefix)):
+            out[i] = moved
     return out
 
 
