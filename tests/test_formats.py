@@ -54,10 +54,9 @@ REAL_QUESTIONS = [  # kind, file, source_filter, questions, passages carried by 
     ("popqa", "popqa/popqa_1000_with_paragraphs_hipporag2.json", None, 1000, 1475),
     ("qa_jsonl", "bamboogle/bamboogle_125_r1searcher.jsonl", None, 125, 0),
     ("nq_open", "nq/NQ-open.dev.jsonl", None, 3610, 0),
-    ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", None, 3197, 0),
     ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", "tq", 512, 0),
     ("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl", "bamboogle", 125, 0),  # the file writes "Bamboogle"
-    ("qa_jsonl", "mixed_qa_only/deepresearcher_dev.jsonl", None, 875, 0),
+    ("qa_jsonl", "mixed_qa_only/deepresearcher_dev.jsonl", "2wiki", 125, 0),
     ("qa_jsonl", "mixed_qa_only/r1searcher_hotpotqa_500.jsonl", None, 500, 0),
     ("qa_jsonl", "mixed_qa_only/r1searcher_2wiki_500.jsonl", None, 500, 0),
     ("qa_jsonl", "mixed_qa_only/r1searcher_musique_500.jsonl", None, 500, 0),
@@ -280,6 +279,27 @@ def test_qa_jsonl_source_filter(tmp_path):
     assert [q.id for q in questions] == ["bench/tq_1", "bench/tq_2"]
     with pytest.raises(DataError, match=r"no row has source 'musique'; present: nq \(1\), popqa \(1\), tq \(2\)"):
         load_questions(source("qa_jsonl", path, source_filter="musique"), tmp_path)
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_qa_jsonl_of_several_sources_needs_a_filter(tmp_path, limit):
+    """Read whole, DeepResearcher's mixed files filed NQ, TriviaQA, ... under one benchmark (with a limit, its
+    first rows only), and the macro average counted them as one."""
+    rows = [{"source": s, "question": f"q{i}", "answers": ["a"]} for i, s in enumerate(["nq", "TQ", "tq"])]
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(
+        DataError,
+        match=r"mixed\.jsonl: rows of several sources \(TQ \(1\), nq \(1\), tq \(1\)\): read each as its own "
+        r"data\.questions entry, with source_filter and its benchmark",
+    ):
+        load_questions(source("qa_jsonl", path, limit=limit), tmp_path)
+    one = write_jsonl(tmp_path / "one.jsonl", [{"source": s, "question": "q", "answers": ["a"]} for s in ["tq", "TQ"]])
+    assert len(load_questions(source("qa_jsonl", one), tmp_path)[0]) == 2  # one source, as the filter compares
+
+
+def test_real_deepresearcher_mixed_file_needs_a_filter(realqa):
+    with pytest.raises(DataError, match=r"several sources \(2wiki \(512\), Bamboogle \(125\), hotpotqa"):
+        load_questions(source("qa_jsonl", "mixed_qa_only/deepresearcher_test.jsonl"), realqa)
 
 
 def hotpot_row(qid: str = "h0") -> dict:
@@ -515,8 +535,8 @@ def test_searchr1_parquet_of_several_data_sources_needs_a_filter(tmp_path, limit
     path = write_searchr1_merged_parquet(tmp_path / "test.parquet")
     with pytest.raises(
         DataError,
-        match=r"test\.parquet: rows of several data_sources \(nq \(2\), triviaqa \(2\)\), whose ids restart per "
-        r"data_source: read each data_source as its own data\.questions entry, with source_filter",
+        match=r"test\.parquet: rows of several data_sources \(nq \(2\), triviaqa \(2\)\): read each as its own "
+        r"data\.questions entry, with source_filter",
     ):
         load_questions(source("searchr1_parquet", path, benchmark="triviaqa", limit=limit), tmp_path)
 
@@ -661,10 +681,12 @@ def test_limit_keeps_the_first_rows_in_file_order(tmp_path):
 
 
 def test_limit_is_applied_before_conversion(tmp_path):
-    path = tmp_path / "qa.jsonl"
-    path.write_text('{"question": "q0", "answer": "a"}\nnot json at all\n', encoding="utf-8")
-    questions, _ = load_questions(source("qa_jsonl", path, limit=1), tmp_path)
+    path = tmp_path / "nq.jsonl"
+    path.write_text('{"question": "q0", "answer": ["a"]}\nnot json at all\n', encoding="utf-8")
+    questions, _ = load_questions(source("nq_open", path, limit=1), tmp_path)
     assert len(questions) == 1  # the malformed second line is never read
+    with pytest.raises(DataError, match=r"nq\.jsonl:2"):  # qa_jsonl reads every row's source first
+        load_questions(source("qa_jsonl", path, limit=1), tmp_path)
 
 
 def test_absolute_path_ignores_root(tmp_path):

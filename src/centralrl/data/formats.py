@@ -20,8 +20,8 @@ Where this departs from the original formats:
   counts as answerable. Golden answers are `answer` followed by `answer_aliases`.
 - `source_filter` (qa_jsonl: the `source` field; searchr1_parquet: the `data_source` column) compares
   case-insensitively (DeepResearcher writes "Bamboogle") and is applied before `limit`; a filter that keeps no
-  row is an error that lists the sources the file has. A searchr1_parquet of several data_sources (Search-R1's
-  merged files) needs one: without it the file is refused.
+  row is an error that lists the sources the file has. A file of several sources (Search-R1's merged parquet
+  files, DeepResearcher's mixed JSON lines) needs one: without it the file is refused.
 - JSON-family question files may be a JSON list or JSON lines (told apart by the first character), and PopQA
   may also be the official popQA.tsv.
 - kilt_pages: a KILT page is a list of raw paragraphs; see `kilt_chunks` for how they become ~100-word
@@ -218,12 +218,29 @@ def _filtered_rows(rows: Iterable[Row], column: str, wanted: str, path: Path) ->
         raise DataError(f"{path}: no row has {column} {wanted!r}; present: {_present(counted)}")
 
 
+def _refuse_several(counted: dict[str, int], column: str, path: Path) -> None:
+    """A file whose rows name several datasets in `column` (compared as `source_filter` compares) is an error:
+    read whole, every dataset would be filed under one benchmark (with a `limit`, silently its first ones)."""
+    if len({value.casefold() for value in counted}) > 1:
+        raise DataError(
+            f"{path}: rows of several {column}s ({_present(counted)}): read each as its own data.questions entry, "
+            f"with source_filter and its benchmark"
+        )
+
+
 def _qa_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
-    """qa_jsonl rows, only those whose `source` field is `source.source_filter` when it is set."""
-    rows = _file_rows(source, root)
-    if source.source_filter is None:
-        return rows
-    return _filtered_rows(rows, "source", source.source_filter, resolve(source.path, root))
+    """qa_jsonl rows, only those whose `source` field is `source.source_filter` when it is set; without one, a
+    file of several sources (DeepResearcher's mixed files) is refused."""
+    path = resolve(source.path, root)
+    if source.source_filter is not None:
+        return _filtered_rows(_file_rows(source, root), "source", source.source_filter, path)
+    rows = list(_file_rows(source, root))
+    counted: dict[str, int] = {}
+    for row in rows:
+        if "source" in row.data:
+            counted[str(row.data["source"])] = counted.get(str(row.data["source"]), 0) + 1
+    _refuse_several(counted, "source", path)
+    return iter(rows)
 
 
 def _searchr1_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
@@ -241,11 +258,7 @@ def _searchr1_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
         counted: dict[str, int] = {}
         for value in parquet.read(columns=["data_source"]).column("data_source").to_pylist():
             counted[str(value)] = counted.get(str(value), 0) + 1
-        if len({value.casefold() for value in counted}) > 1:  # as source_filter compares
-            raise DataError(
-                f"{path}: rows of several data_sources ({_present(counted)}), whose ids restart per data_source: "
-                "read each data_source as its own data.questions entry, with source_filter and its benchmark"
-            )
+        _refuse_several(counted, "data_source", path)  # whose ids also restart per data_source
     return _numbered(_parquet(path))
 
 
