@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from centralrl.config import SyntheticConfig
+from centralrl.data import synthetic
 from centralrl.data.synthetic import generate
 from centralrl.errors import DataError
 
@@ -170,6 +171,42 @@ def found(pattern: str, text: str) -> str:
     return match.group(1)
 
 
+def test_no_training_question_asks_a_fact_a_test_question_asks(world):
+    """Before, 3 of the default's 12 one-hop test facts were hops of training questions and 15 of its 24 test
+    answers were training targets."""
+    questions, _ = world
+    asked = {step.question for q in questions if q.split == "test" for step in q.decomposition}
+    trained = [q.id for q in questions if q.split == "train" if asked & {step.question for step in q.decomposition}]
+    assert asked and trained == []
+
+
+def test_no_chain_passage_after_the_first_names_the_start(world):
+    """The spouse's passage names the person: "Where was the spouse of X born?" was found by searching X."""
+    questions, passages = world
+    text, title = {p.id: p.text for p in passages}, {p.id: p.title for p in passages}
+    chains = [q for q in questions if kind_of(q) in HOPS and HOPS[kind_of(q)] > 1]
+    assert chains
+    for q in chains:
+        start = title[q.supporting_passage_ids[0]]
+        assert not [pid for pid in q.supporting_passage_ids[1:] if start in text[pid]], q.id
+
+
+def test_distractors_never_name_an_entity_two_facts_away():
+    """A film's passage named its production company's founder in a distractor sentence, the answer of "who
+    founded the production company of" that film."""
+    cfg = small()
+    world = synthetic._build_world(cfg)
+    by_id = {p.id: p for p in synthetic._passages(world, synthetic._derived(cfg.seed, "passages"), 2)}
+    checked = 0
+    for entity in world.all():
+        near = world.related[entity.ref]
+        twice = set().union(*(world.related[ref] for ref in near)) - near - {entity.ref, (entity.kind, entity.twin)}
+        named = [world.get(ref).name for ref in twice if world.get(ref).name in by_id[entity.passage_id].text]
+        assert named == [], (entity.name, named)
+        checked += len(twice)
+    assert checked > 100
+
+
 def test_lookalike_twins_exist_look_alike_and_differ_in_facts(world):
     _, passages = world
     pairs = twins(passages)
@@ -188,7 +225,7 @@ def test_lookalike_twins_exist_look_alike_and_differ_in_facts(world):
 
 
 def test_no_lookalikes_when_fraction_is_zero():
-    _, passages = generate(small(lookalike_fraction=0.0))
+    _, passages = generate(small(lookalike_fraction=0.0, question_types=["1hop", "2hop"]))
     assert twins(passages) == {}
 
 
@@ -210,7 +247,7 @@ def test_only_the_requested_types_are_generated():
 
 def test_too_small_world_raises_naming_the_type_and_what_to_raise():
     cfg = small(n_films=2, n_companies=2, n_people=8, question_types=["bridge_comparison"], train_per_type=500)
-    message = r"'bridge_comparison'.*\d+ distinct questions possible.*504 requested.*n_films"
+    message = r"'bridge_comparison': \d+ distinct train questions possible.*500 requested \(train_per_type\).*n_films"
     with pytest.raises(DataError, match=message):
         generate(cfg)
 

@@ -25,13 +25,18 @@ Where it departs from them:
 - Every answer is a span (a name or a year); there are no yes/no questions ("Are X and Y from the same
   country?"), no unanswerable contrast questions (MuSiQue-Full) and no date arithmetic.
 - Chains only follow functional relations, so every question has exactly one answer; no ties in comparisons.
-- Train and test share one world: no question text is shared, but a test fact may be asked in train.
+  A chain whose later passages name its start is not asked (the spouse's passage names the person: "where was
+  the spouse of X born" is found by searching X), and distractor sentences never name an entity within two
+  facts (a film's passage naming its company's founder would answer "who founded its production company").
+- Train and test share one world but no fact: no training question asks a fact (a sub-question of its
+  decomposition) that a test question asks, so a test answer is never a training target.
 - The decomposition of a comparison ends with a step that compares the two found values and needs no passage.
 
 Details: the `n_*` sizes count twins (a `lookalike_fraction` f gives round(f * n / 2) twin pairs per type).
 Golden answers are the name, plus a person's surname and a country's official name ("Republic of Oshvania")
-where no other entity uses them; years are strings. Types are generated in the order of QUESTION_TYPES; in
-each, the test questions are drawn first (one relation path after another, for variety), then train.
+where no other entity uses them; years are strings. The test questions of every type are drawn first (one
+relation path after another, for variety), then the training questions; both are listed by type in the order
+of QUESTION_TYPES.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import combinations
+from itertools import combinations, islice
 
 from centralrl.config import SyntheticConfig
 from centralrl.errors import DataError
@@ -509,11 +514,19 @@ def generate(cfg: SyntheticConfig) -> tuple[list[Question], list[Passage]]:
     """
     world = _build_world(cfg)
     passages = _passages(world, _derived(cfg.seed, "passages"), cfg.distractor_sentences)
+    texts = {passage.id: passage.text for passage in passages}
+    types = [qtype for qtype in QUESTION_TYPES if qtype in cfg.question_types]
     seen: set[str] = set()
-    questions = []
-    for qtype in QUESTION_TYPES:
-        if qtype in cfg.question_types:
-            questions += _questions_of_type(world, qtype, cfg, seen)
+    streams = {qtype: _drafts(world, qtype, cfg.seed, texts, seen) for qtype in types}
+    test = {qtype: _take(streams[qtype], "test", qtype, cfg) for qtype in types}
+    asked = {step.question for drafts in test.values() for draft in drafts for step in draft.steps}
+    train = {qtype: _take(_asking_none(streams[qtype], asked), "train", qtype, cfg) for qtype in types}
+    questions = [
+        _question(qtype, split, i, draft)
+        for qtype in types
+        for split, drafts in (("train", train[qtype]), ("test", test[qtype]))
+        for i, draft in enumerate(drafts)
+    ]
     return questions, passages
 
 
@@ -860,10 +873,12 @@ FACT_SENTENCES: dict[str, Callable[[World, Entity, random.Random], list[str]]] =
 
 
 def _distractor_sentences(world: World, entity: Entity, rng: random.Random, count: int) -> list[str]:
-    """`count` sentences naming other entities: the look-alike twin first, then unrelated entities."""
+    """`count` sentences naming other entities: the look-alike twin first, then entities more than two facts
+    away."""
     sentences = [_twin_sentence(world, entity)] if entity.twin is not None and count else []
     templates = rng.sample(DISTRACTORS[entity.kind], len(DISTRACTORS[entity.kind]))
-    taken = world.related[entity.ref] | {entity.ref, (entity.kind, entity.twin)}
+    near = world.related[entity.ref]
+    taken = near.union(*(world.related[ref] for ref in near)) | {entity.ref, (entity.kind, entity.twin)}
     for slot in range(count - len(sentences)):
         other_kind, template = templates[slot % len(templates)]
         others = [other for other in world.entities[other_kind] if other.ref not in taken]
@@ -897,41 +912,36 @@ class Draft:
 Candidates = dict[str, list[Callable[[random.Random], Draft]]]
 
 
-def _questions_of_type(world: World, qtype: str, cfg: SyntheticConfig, seen: set[str]) -> list[Question]:
-    """Test questions are drawn first (the widest mix of relation paths), then train; texts never repeat."""
-    rng = _derived(cfg.seed, f"questions:{qtype}")
-    need = cfg.test_per_type + cfg.train_per_type
-    drafts = _draw(rng, _candidates(world, qtype), need, seen)
-    if len(drafts) < need:
+def _drafts(world: World, qtype: str, seed: int, texts: dict[str, str], seen: set[str]) -> Iterator[Draft]:
+    """The type's drafts in drawing order (relation paths in turn, for variety), each text once across types."""
+    rng = _derived(seed, f"questions:{qtype}")
+    for make in _interleave(rng, _candidates(world, qtype, texts)):
+        draft = make(rng)
+        if draft.text not in seen:
+            seen.add(draft.text)
+            yield draft
+
+
+def _asking_none(drafts: Iterator[Draft], asked: set[str]) -> Iterator[Draft]:
+    """The drafts none of whose sub-questions (one per fact) is in `asked`."""
+    return (draft for draft in drafts if asked.isdisjoint(step.question for step in draft.steps))
+
+
+def _take(drafts: Iterator[Draft], split: str, qtype: str, cfg: SyntheticConfig) -> list[Draft]:
+    need = cfg.test_per_type if split == "test" else cfg.train_per_type
+    taken = list(islice(drafts, need))
+    if len(taken) < need:
         raise DataError(
-            f"synthetic world too small for question type {qtype!r}: {len(drafts)} distinct questions possible, "
-            f"{need} requested (test_per_type + train_per_type); raise {SIZE_FIELDS[qtype]} "
-            f"or lower train_per_type/test_per_type"
+            f"synthetic world too small for question type {qtype!r}: {len(taken)} distinct {split} questions "
+            f"possible (a training question asks no fact a test question asks), {need} requested "
+            f"({split}_per_type); raise {SIZE_FIELDS[qtype]} or lower train_per_type/test_per_type"
         )
-    test, train = drafts[: cfg.test_per_type], drafts[cfg.test_per_type :]
-    return [
-        _question(qtype, split, i, draft)
-        for split, part in (("train", train), ("test", test))
-        for i, draft in enumerate(part)
-    ]
+    return taken
 
 
 def _question(qtype: str, split: str, index: int, draft: Draft) -> Question:
     qid = f"synth-{qtype}-{split}-{index:04d}"
     return Question(qid, draft.text, draft.answers, f"synth-{qtype}", split, draft.support, draft.steps)
-
-
-def _draw(rng: random.Random, groups: Candidates, need: int, seen: set[str]) -> list[Draft]:
-    """Up to `need` drafts with unseen texts, taking the groups (relation paths) in turn for variety."""
-    drafts = []
-    for make in _interleave(rng, groups):
-        if len(drafts) == need:
-            break
-        draft = make(rng)
-        if draft.text not in seen:
-            seen.add(draft.text)
-            drafts.append(draft)
-    return drafts
 
 
 def _interleave(rng: random.Random, groups: dict[str, list]) -> Iterator:
@@ -941,9 +951,9 @@ def _interleave(rng: random.Random, groups: dict[str, list]) -> Iterator:
         yield from (items[position] for items in lists if position < len(items))
 
 
-def _candidates(world: World, qtype: str) -> Candidates:
+def _candidates(world: World, qtype: str, texts: dict[str, str]) -> Candidates:
     if qtype in CHAIN_HOPS:
-        return _chain_candidates(world, CHAIN_HOPS[qtype])
+        return _chain_candidates(world, CHAIN_HOPS[qtype], texts)
     return _comparison_candidates(world, COMPARISONS if qtype == "comparison" else BRIDGE_COMPARISONS)
 
 
@@ -971,10 +981,19 @@ def _walk(world: World, start: Entity, path: tuple[Relation, ...]) -> list[Value
     return values[1:]
 
 
-def _chain_candidates(world: World, hops: int) -> Candidates:
+def _names_start(world: World, start: Entity, values: list[Value], texts: dict[str, str]) -> bool:
+    """Whether a later hop's passage names the chain's start: then searching the question finds it."""
+    return any(start.name in texts[world.get(value).passage_id] for value in values[:-1])
+
+
+def _chain_candidates(world: World, hops: int, texts: dict[str, str]) -> Candidates:
     groups = {}
     for path in _paths(hops):
-        starts = [start for start in world.entities[path[0].subject] if _walk(world, start, path)]
+        starts = [
+            start
+            for start in world.entities[path[0].subject]
+            if (values := _walk(world, start, path)) and not _names_start(world, start, values, texts)
+        ]
         if starts:
             name = " > ".join(relation.key for relation in path)
             groups[name] = [partial(_chain_draft, world, start, path) for start in starts]
