@@ -234,13 +234,24 @@ def _budget_lines(cfg: Config) -> list[str]:
 
 
 def _engine_line(cfg: Config) -> str:
+    """The generation engine and its settings; for vLLM, the backbones it serves in another dtype than their own
+    when roles have adapters (`vllm_engine.serving_dtype`)."""
     h = cfg.harness
-    if h.engine == "vllm":
-        return (
-            f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
-            f"enforce_eager {str(h.vllm.enforce_eager).lower()})"
-        )
-    return "transformers (the decode loop of harness/engine.py)"
+    if h.engine != "vllm":
+        return "transformers (the decode loop of harness/engine.py)"
+    from centralrl.harness.vllm_engine import serving_dtype  # transformers: only on this branch
+
+    dtypes = {
+        name: (cfg.models[name].dtype, serving_dtype(cfg.models[name].dtype, lora=True)) for name in cfg.backbones
+    }
+    recast = [f"{name} {own} in {served}" for name, (own, served) in dtypes.items() if served != own]
+    note = (
+        f"; with adapters it serves {', '.join(recast)}: its LoRA kernels take 16-bit weights only" if recast else ""
+    )
+    return (
+        f"vllm (gpu_memory_utilization {h.vllm.gpu_memory_utilization:g}, max_model_len {h.vllm.max_model_len}, "
+        f"enforce_eager {str(h.vllm.enforce_eager).lower()}{note})"
+    )
 
 
 def _precision_line(cfg: Config) -> str:

@@ -25,6 +25,10 @@ checked, is in docs/verification.md; it sets the gpu extra's floor, vLLM 0.10.2.
 
 Departures: vLLM matches stop strings on its incremental detokenization, the transformers engine on its
 own; `trim_generation` re-cuts both the same way, so the ids agree whenever both stopped at the same token.
+A float32 backbone with adapters is served in bfloat16 (`serving_dtype`): vLLM's LoRA kernels refuse float32, so
+rollouts and evaluation generate from bf16 weights while the update runs in float32, as with the transformers
+engine's `precision: bfloat16` (for rollouts the trainer's clipped ratio corrects the gap, the recorded log-probs
+being the sampler's).
 vLLM refuses a prompt plus completion longer than `harness.vllm.max_model_len`, so the context prompts are cut
 to (`RolePolicy.fit_prompts`) is the smaller of it and the model's positions; it also refuses (recent versions) a
 temperature above 2. vLLM's kernels differ from transformers', so log-probs agree to float tolerance, not
@@ -112,9 +116,14 @@ def lora_rank(model: PreTrainedModel) -> int:
     return max(ranks)
 
 
-def dtype_name(model: PreTrainedModel) -> str:
-    """The model's dtype as vLLM names it (vLLM's "auto" would turn float32 into float16)."""
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+def serving_dtype(dtype: str, lora: bool) -> str:
+    """The dtype vLLM serves a backbone of `dtype` in: its own (vLLM's "auto" would turn float32 into float16),
+    except float32 with adapters, served in bfloat16, since vLLM's LoRA kernels take float16 and bfloat16 only.
+
+    >>> serving_dtype("float32", lora=False), serving_dtype("float32", lora=True), serving_dtype("float16", True)
+    ('float32', 'bfloat16', 'float16')
+    """
+    return "bfloat16" if lora and dtype == "float32" else dtype
 
 
 class VllmRolePolicy(RolePolicy):
@@ -148,7 +157,7 @@ class VllmRolePolicy(RolePolicy):
         engine_args = dict(
             model=str(Path(model_dir).resolve()),
             tokenizer=str(Path(model_dir).resolve()),
-            dtype=dtype_name(model),
+            dtype=serving_dtype(str(next(model.parameters()).dtype).removeprefix("torch."), bool(lora)),
             seed=0,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
