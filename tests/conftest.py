@@ -168,6 +168,27 @@ def write_params(folder: Path, overrides: dict | None = None, profile: str = "sm
     return path
 
 
+def hub_cache_repo(cache: Path, repo_id: str, repo_type: str, files: Path, commit: str = "c0" * 20) -> Path:
+    """Put the folder `files` into the HF hub cache `cache` as huggingface_hub lays a download out: blobs/<sha256>,
+    snapshots/<commit>/<path> linked to them, refs/main naming the commit; return the snapshot folder."""
+    import hashlib
+
+    from huggingface_hub.file_download import repo_folder_name
+
+    repo = cache / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
+    snapshot = repo / "snapshots" / commit
+    for file in sorted(p for p in files.rglob("*") if p.is_file()):
+        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(file, blob)
+        link = snapshot / file.relative_to(files)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
 @pytest.fixture
 def smoke_params(tmp_path) -> Path:
     return write_params(tmp_path)

@@ -599,6 +599,34 @@ def test_hf_dataset_from_local_hub_layout(hub_folder, tmp_path):
     assert [q.id for q in load_questions(hotpot, tmp_path)[0]] == ["hotpotqa/dev_0"]
 
 
+def test_a_hub_dataset_offline_is_read_from_its_hf_cache_snapshot(hub_folder, tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 with the dataset in the hub cache, as `hf download --repo-type dataset` leaves it: `datasets`
+    alone looks only in its own Arrow cache and fails; the loader reads the snapshot, and without one says how to
+    get it."""
+    import datasets
+    from huggingface_hub import constants
+
+    from conftest import hub_cache_repo
+
+    hub_cache_repo(tmp_path / "hub", "RUC-NLPIR/FlashRAG_datasets", "dataset", hub_folder)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    nq = source(
+        "hf_dataset",
+        benchmark="nq",
+        dataset_id="RUC-NLPIR/FlashRAG_datasets",
+        dataset_config="nq",
+        dataset_split="test",
+    )
+    assert [q.id for q in load_questions(nq, tmp_path / "no_copy")[0]] == ["nq/test_0", "nq/test_1", "nq/test_2"]
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(
+        DataError, match=re.escape("HF cache holds no copy of it: `hf download --repo-type dataset RUC")
+    ):
+        load_questions(nq, tmp_path / "no_copy")
+
+
 def test_hf_dataset_rows_convert_like_flashrag_jsonl(hub_folder, tmp_path):
     hub = source("hf_dataset", dataset_id=str(hub_folder), dataset_config="nq", dataset_split="train", split="train")
     from_hub, _ = load_questions(hub, tmp_path)

@@ -255,7 +255,10 @@ def _assert_one_parent_run(store: Path) -> None:
 
 def test_prepare_data_stops_first_naming_what_the_profile_needs(tmp_path, monkeypatch):
     """A paper profile on this machine: no GPU, no hub, no cluster. The first stage says so before any work."""
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))  # offline, an empty cache: no model
     params = write_params(
         tmp_path, {"retrieval": {"elasticsearch": {"url": "http://127.0.0.1:9"}}}, profile="paper-3b"
     )

