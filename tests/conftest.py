@@ -168,9 +168,12 @@ def write_params(folder: Path, overrides: dict | None = None, profile: str = "sm
     return path
 
 
-def hub_cache_repo(cache: Path, repo_id: str, repo_type: str, files: Path, commit: str = "c0" * 20) -> Path:
-    """Put the folder `files` into the HF hub cache `cache` as huggingface_hub lays a download out: blobs/<sha256>,
-    snapshots/<commit>/<path> linked to them, refs/main naming the commit; return the snapshot folder."""
+def hub_cache_repo(
+    cache: Path, repo_id: str, repo_type: str, files: Path, commit: str = "c0" * 20, ref: str = "main"
+) -> Path:
+    """Put the folder `files` into the HF hub cache `cache` as huggingface_hub lays a download of `ref` (a branch or
+    tag) out: blobs/<sha256>, snapshots/<commit>/<path> linked to them, refs/<ref> naming the commit; return the
+    snapshot folder."""
     import hashlib
 
     from huggingface_hub.file_download import repo_folder_name
@@ -185,7 +188,7 @@ def hub_cache_repo(cache: Path, repo_id: str, repo_type: str, files: Path, commi
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
     (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text(commit)
+    (repo / "refs" / ref).write_text(commit)
     return snapshot
 
 

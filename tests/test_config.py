@@ -211,6 +211,11 @@ A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question fi
             r"data\.questions\.0\.dataset_config: a qa_jsonl source does not read dataset_config .* only kind "
             r"hf_dataset takes it",
         ),
+        (  # a pin that nothing reads would say the questions were pinned
+            {"data": {"questions": [{**A_FILE, "kind": "flashrag_jsonl", "dataset_revision": "v1"}]}},
+            r"data\.questions\.0\.dataset_revision: a flashrag_jsonl source does not read dataset_revision .* only "
+            r"kind hf_dataset takes it",
+        ),
         (  # the hub was read; prepare_data named the unread path as its input
             {"data": {"questions": [{**A_FILE, "kind": "hf_dataset", "dataset_id": "d", "dataset_split": "test"}]}},
             r"data\.questions\.0\.path: a hf_dataset source does not read path .* only kinds flashrag_jsonl, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 
@@ -625,6 +626,53 @@ def test_a_hub_dataset_offline_is_read_from_its_hf_cache_snapshot(hub_folder, tm
         DataError, match=re.escape("HF cache holds no copy of it: `hf download --repo-type dataset RUC")
     ):
         load_questions(nq, tmp_path / "no_copy")
+
+
+def test_a_hub_dataset_revision_picks_the_snapshot_offline_and_the_download_online(hub_folder, tmp_path, monkeypatch):
+    """dataset_revision pins the hub repository: offline, the HF cache's snapshot of that tag or commit (here with
+    one test row more than main's); online, `load_dataset(..., revision=)`. A local copy is read as it is."""
+    import datasets
+    from huggingface_hub import constants
+
+    from conftest import hub_cache_repo
+
+    hub_cache_repo(tmp_path / "hub", "RUC-NLPIR/FlashRAG_datasets", "dataset", hub_folder)
+    with (hub_folder / "nq" / "test.jsonl").open("a", encoding="utf-8") as rows:
+        rows.write(json.dumps({"id": "test_3", "question": "q3?", "golden_answers": ["a3"]}) + "\n")
+    tagged = "d1" * 20
+    hub_cache_repo(tmp_path / "hub", "RUC-NLPIR/FlashRAG_datasets", "dataset", hub_folder, commit=tagged, ref="v1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+
+    def ids(revision: str | None, root: Path = tmp_path / "no_copy") -> list[str]:
+        fields = dict(dataset_config="nq", dataset_split="test", dataset_revision=revision, benchmark="nq")
+        return [
+            q.id
+            for q in load_questions(source("hf_dataset", dataset_id="RUC-NLPIR/FlashRAG_datasets", **fields), root)[0]
+        ]
+
+    assert len(ids(None)) == 3 and len(ids("v1")) == len(ids(tagged)) == 4
+    with pytest.raises(
+        DataError, match=re.escape("`hf download --repo-type dataset RUC-NLPIR/FlashRAG_datasets --revision v2`")
+    ):
+        ids("v2")
+    calls = []
+
+    def load_dataset(*args, **kwargs) -> list[dict]:  # the hub, faked: it is the outside boundary
+        calls.append((args, kwargs))
+        return [{"id": "test_0", "question": "q0?", "golden_answers": ["a0"]}]
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    ids("v2")  # online: the hub is asked for the pinned revision
+    (copy := tmp_path / "root" / "RUC-NLPIR").mkdir(parents=True)
+    shutil.copytree(hub_folder, copy / "FlashRAG_datasets")
+    ids("v2", tmp_path / "root")  # a local copy: no revision to ask for
+    assert [(args[0], kwargs["revision"]) for args, kwargs in calls] == [
+        ("RUC-NLPIR/FlashRAG_datasets", "v2"),
+        (str(copy / "FlashRAG_datasets"), None),
+    ]
 
 
 def test_hf_dataset_rows_convert_like_flashrag_jsonl(hub_folder, tmp_path):

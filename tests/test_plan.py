@@ -203,6 +203,21 @@ def test_a_local_dataset_copy_needs_no_hub(repo, tmp_path):
     assert "local copy" in plan._question_line(cfg.data.questions[0], Path(cfg.data.root))
 
 
+def test_a_pinned_question_set_is_planned_and_checked_at_its_revision(repo):
+    hub = {"kind": "hf_dataset", "dataset_id": "RUC-NLPIR/FlashRAG_datasets", "dataset_config": "nq"}
+    questions = [
+        {**hub, "dataset_split": split, "benchmark": "nq", "split": split, "dataset_revision": "v1"}
+        for split in ("train", "test")
+    ]
+    cfg = load_config(repo / "params.yaml", {"profile": "paper-1.5b", "data": {"questions": questions}})
+    pinned = plan.HubRepo("RUC-NLPIR/FlashRAG_datasets", "dataset", "v1")
+    assert plan.hub_repos(cfg, Path(cfg.data.root))[1:] == [pinned]
+    assert "[config nq, split test, revision v1]" in plan._question_line(cfg.data.questions[1], Path(cfg.data.root))
+    check = plan.check_hub([pinned], {"HF_HUB_OFFLINE": "1"})
+    assert "lacks dataset RUC-NLPIR/FlashRAG_datasets@v1;" in check.reason
+    assert "hf download --repo-type dataset RUC-NLPIR/FlashRAG_datasets --revision v1" in check.reason
+
+
 def test_hub_probe(monkeypatch):
     def refuse(*args, **kwargs):
         raise urllib.error.URLError("no route")

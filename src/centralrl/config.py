@@ -95,6 +95,7 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "dataset_id": ("hf_dataset",),
     "dataset_config": ("hf_dataset",),
     "dataset_split": ("hf_dataset",),
+    "dataset_revision": ("hf_dataset",),
 }
 
 
@@ -125,6 +126,11 @@ class QuestionSource(Section):
     dataset_id: str | None = Field(None, description="hf_dataset: e.g. RUC-NLPIR/FlashRAG_datasets")
     dataset_config: str | None = Field(None, description="hf_dataset: config name, e.g. nq")
     dataset_split: str | None = Field(None, description="hf_dataset: split inside the dataset, e.g. test")
+    dataset_revision: str | None = Field(
+        None,
+        description="hf_dataset: a commit, tag or branch of the hub repository, for a pinned download (offline, "
+        "the HF cache's snapshot of it); a local copy under data.root is read as it is",
+    )
 
     @field_validator(*KIND_ONLY_FIELDS)
     @classmethod

@@ -172,7 +172,10 @@ def _question_line(source: QuestionSource, root: Path) -> str:
     extras = [f"limit {source.limit}"] if source.limit else []
     extras += [f"source_filter {source.source_filter}"] if source.source_filter else []
     if source.kind == "hf_dataset":
-        where = f"{source.dataset_id} [config {source.dataset_config or 'default'}, split {source.dataset_split}]"
+        pinned = f", revision {source.dataset_revision}" if source.dataset_revision else ""
+        where = (
+            f"{source.dataset_id} [config {source.dataset_config or 'default'}, split {source.dataset_split}{pinned}]"
+        )
         local = _local_dataset(source, root)
         extras += [f"local copy {local}"] if local else ["from the hub"]
     else:
@@ -398,7 +401,7 @@ def hub_repos(cfg: Config, root: Path) -> list[HubRepo]:
     models += [(encoder, cfg.retrieval.dense.revision)] if encoder and encoder not in PACKAGED else []
     repos = [HubRepo(name, "model", rev) for name, rev in models if not Path(name).is_dir() and not _path_like(name)]
     repos += [
-        HubRepo(q.dataset_id, "dataset")
+        HubRepo(q.dataset_id, "dataset", q.dataset_revision)
         for q in cfg.data.questions
         if q.kind == "hf_dataset" and _local_dataset(q, root) is None
     ]

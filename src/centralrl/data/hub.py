@@ -3,11 +3,13 @@
 `dataset_id` is a hub id (RUC-NLPIR/FlashRAG_datasets) or a local folder laid out like a hub repository: a
 README.md whose YAML `configs:` header maps config names to data files, e.g. `nq/test.jsonl`. A relative
 folder is looked up under `data.root` first, so a copy of the hub repository beside the other data files
-works offline. A hub id with the hub off (HF_HUB_OFFLINE=1, or HF_DATASETS_OFFLINE=1) is read from its snapshot
-in the HF cache (`cached_snapshot`: what `hf download --repo-type dataset ID` or an earlier online load left there),
-as a local folder of the same layout: `datasets` itself, offline, reads only the Arrow copies it prepared before
-(HF_DATASETS_CACHE), not the hub cache. Rows come back as plain dicts; `formats` converts them (FlashRAG rows: id,
-question, golden_answers, metadata). `datasets` is imported on first use only: it takes seconds to import.
+works offline. `dataset_revision` pins the hub repository's commit, tag or branch (a local copy is read as it
+is). A hub id with the hub off (HF_HUB_OFFLINE=1, or HF_DATASETS_OFFLINE=1) is read from its snapshot at that
+revision in the HF cache (`cached_snapshot`: what `hf download --repo-type dataset ID` or an earlier online load
+left there), as a local folder of the same layout: `datasets` itself, offline, reads only the Arrow copies it
+prepared before (HF_DATASETS_CACHE), not the hub cache. Rows come back as plain dicts; `formats` converts them
+(FlashRAG rows: id, question, golden_answers, metadata). `datasets` is imported on first use only: it takes
+seconds to import.
 """
 
 from __future__ import annotations
@@ -46,29 +48,37 @@ def cached_snapshot(repo_id: str, repo_type: str, revision: str | None = None) -
     return Path(found).parent if isinstance(found, str) else None
 
 
+def _location(source: QuestionSource, root: Path, offline: bool) -> tuple[str, str | None]:
+    """What `load_dataset` reads for `source`, and at which revision: a local copy as it is; offline, the hub id's
+    snapshot in the HF cache at `dataset_revision` when there is one; else the hub id at `dataset_revision`."""
+    location = dataset_location(source.dataset_id, root)
+    if Path(location).is_dir():
+        return location, None
+    snapshot = cached_snapshot(source.dataset_id, "dataset", source.dataset_revision) if offline else None
+    return (str(snapshot), None) if snapshot else (source.dataset_id, source.dataset_revision)
+
+
 def rows(source: QuestionSource, root: Path) -> Iterator[tuple[str, dict]]:
     """Yield (`dataset[config/split] row i`, row) for each row of the split, in dataset order."""
     import datasets  # deferred: slow to import, and only hf_dataset sources need it
     import yaml
 
-    location = dataset_location(source.dataset_id, root)
-    # a hub id with the hub off (datasets.config reads HF_DATASETS_OFFLINE, else HF_HUB_OFFLINE): the cached snapshot
-    from_cache = datasets.config.HF_HUB_OFFLINE and location == source.dataset_id
-    snapshot = cached_snapshot(source.dataset_id, "dataset") if from_cache else None
+    offline = datasets.config.HF_HUB_OFFLINE  # as `datasets` reads it: HF_DATASETS_OFFLINE, else HF_HUB_OFFLINE
+    location, revision = _location(source, root, offline)
     name = f"{source.dataset_id}[{source.dataset_config or 'default'}/{source.dataset_split}]"
     try:
-        dataset = datasets.load_dataset(str(snapshot or location), source.dataset_config, split=source.dataset_split)
+        dataset = datasets.load_dataset(location, source.dataset_config, split=source.dataset_split, revision=revision)
     except (ValueError, OSError, yaml.YAMLError) as error:  # unknown config or split, missing files, bad README
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        pin = f" --revision {revision}" if revision else ""
+        uncached = offline and location == source.dataset_id
         hint = (
-            f"; offline, the HF cache holds no copy of it: `hf download --repo-type dataset {source.dataset_id}` "
-            "where the hub is reachable"
-            if from_cache and snapshot is None
-            else ""
+            f"; offline, the HF cache holds no copy of it: `hf download --repo-type dataset {location}{pin}` where "
+            "the hub is reachable"
         )
         raise DataError(
             f"{name}: the dataset could not be loaded ({first_line}); check dataset_id, dataset_config and "
-            f"dataset_split of this question source{hint}"
+            f"dataset_split of this question source{hint if uncached else ''}"
         ) from None
     for index, row in enumerate(dataset):
         yield f"{name} row {index}", dict(row)
