@@ -675,6 +675,22 @@ def test_a_hub_dataset_revision_picks_the_snapshot_offline_and_the_download_onli
     ]
 
 
+def test_a_hub_dataset_of_other_rows_than_flashrags_is_refused_naming_the_field(tmp_path, monkeypatch):
+    """hf_dataset reads FlashRAG rows only (README): a HotpotQA-shaped set is refused, not half read."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")  # keep the user's cache clean
+    (tmp_path / "hotpot").mkdir()
+    (tmp_path / "hotpot" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: dev\n    path: dev.jsonl\n---\n"
+    )
+    write_jsonl(tmp_path / "hotpot" / "dev.jsonl", [{"id": "h1", "question": "q?", "answer": "a"}])
+    hub = source("hf_dataset", dataset_id=str(tmp_path / "hotpot"), dataset_split="dev")
+    with pytest.raises(
+        DataError, match=re.escape("hotpot[default/dev] row 0 (id h1): missing field 'golden_answers'")
+    ):
+        load_questions(hub, tmp_path)
+
+
 def test_hf_dataset_rows_convert_like_flashrag_jsonl(hub_folder, tmp_path):
     hub = source("hf_dataset", dataset_id=str(hub_folder), dataset_config="nq", dataset_split="train", split="train")
     from_hub, _ = load_questions(hub, tmp_path)

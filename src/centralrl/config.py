@@ -106,8 +106,9 @@ class QuestionSource(Section):
     golden_answers, metadata), searchr1_parquet, hotpotqa / 2wikimultihopqa / musique / popqa (official
     formats, their context paragraphs join the corpus), nq_open (question, answer list), qa_jsonl (question
     plus answer/answers/golden_answers, optionally filtered by a `source` column: Bamboogle, R1-Searcher and
-    DeepResearcher files), hf_dataset (a Hugging Face dataset id through `datasets`). A field the kind does not
-    read (`KIND_ONLY_FIELDS`: source_filter on nq_open, path on hf_dataset, ...) is refused, not ignored.
+    DeepResearcher files), hf_dataset (a Hugging Face dataset id through `datasets`, of FlashRAG rows only). A
+    field the kind does not read (`KIND_ONLY_FIELDS`: source_filter on nq_open, path on hf_dataset, ...) is
+    refused, not ignored.
     """
 
     kind: Literal[QUESTION_KINDS]  # type: ignore[valid-type]
