@@ -22,6 +22,14 @@ def test_every_profile_validates(profile, tmp_path):
     assert cfg.profile == profile
 
 
+@pytest.mark.parametrize("profile", ["paper-1.5b", "paper-3b"])
+def test_paper_profiles_evaluate_their_bf16_backbone_itself(profile, tmp_path):
+    """They inherited eval_precision float32, so greedy evaluation built float32 copies of the bf16 backbone and of
+    every merged adapter (tens of GB on the 3B joint arm); auto is bf16 on their GPU, the backbone's own dtype."""
+    cfg = load_config(write_params(tmp_path, profile=profile))
+    assert cfg.models["main"].dtype == "bfloat16" and cfg.harness.eval_precision == "auto"
+
+
 def test_profile_overlays_params(tmp_path):
     cfg = load_config(write_params(tmp_path, {"data": {"synthetic": {"seed": 99}}}, profile="smoke"))
     assert cfg.data.synthetic.seed == 99  # from the override

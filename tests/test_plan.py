@@ -76,7 +76,7 @@ def test_paper_3b_plan_names_model_data_retriever_and_stages(repo, capsys):
     assert "elasticsearch at http://localhost:9200, index centralrl-wiki18" in out and "top_k 3" in out
     assert "group 5" in out and "lr 1e-06" in out and "4 turns" in out
     assert "tracking: http://127.0.0.1:5000" in out
-    assert "precision: warm start auto, rollouts auto, update float32, evaluation float32; auto is " in out
+    assert "precision: warm start auto, rollouts auto, update float32, evaluation auto; auto is " in out
     stages = [line.strip() for line in out.split("stages (", 1)[1].splitlines()[1:]]
     for name in (
         "prepare_data",
