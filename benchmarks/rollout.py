@@ -17,7 +17,9 @@ raw generate); (a)/(b) what batching buys. --compare-engines runs (a) once untim
 engine (warm-up: CUDA kernels, vLLM's first adapter sync), then timed on every question, and reports each
 engine's figures and vllm/transformers ratios. Sampling (not greedy) so every question runs the same kind of
 work as in training. The model goes to `harness.device` (CPU on a machine without CUDA). Roles run frozen
-(no adapters). Writes the figures to --out as JSON.
+(no adapters), or with --adapters on fresh LoRA adapters for central, retrieval and conclusion (the joint arm as
+training starts it; lora_B is zero, so the tokens are the frozen model's), so that the vLLM engine runs its LoRA
+path: `enable_lora`, the adapter sync, a `LoRARequest` per role. Writes the figures to --out as JSON.
 
 --old-vs-new: the joint arm's policy as training starts it (fresh LoRA adapters on central, retrieval and
 conclusion), and three engines over that one model: `old` (`OldRolePolicy`, kept in this file only: the engine
@@ -49,7 +51,7 @@ OLD_VS_NEW = {  # the options only --old-vs-new reads, and their defaults
     "n_eval": 16,
     "seed": 0,
 }
-OTHER_MODES = {"n": 16, "engine": "transformers"}  # the options only the runner modes read
+OTHER_MODES = {"n": 16, "engine": "transformers", "adapters": False}  # the options only the runner modes read
 
 
 def with_mode_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
@@ -84,6 +86,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--compare-engines",
         action="store_true",
         help="run the batched runner on both engines, same questions, and report their ratio",
+    )
+    parser.add_argument(
+        "--adapters",
+        action="store_true",
+        default=None,  # None: not given (with_mode_defaults)
+        help="fresh LoRA adapters on central, retrieval and conclusion (vLLM: its LoRA path; see above)",
     )
     parser.add_argument(
         "--old-vs-new", action="store_true", help="the engine before issue 12 against today's (see above)"
@@ -538,6 +546,9 @@ def other_modes(cfg, args) -> dict:
     questions = questions[:: max(1, len(questions) // args.n)][: args.n]
     retriever = open_retriever(cfg.retrieval, args.index)
     model, tokenizer = load_model(cfg, args.backbone, args.model)
+    if args.adapters:
+        adapters = role_adapters(["central", "retrieval", "conclusion"], "per_role")
+        model = attach_adapters(model, adapters, cfg.lora).eval()
     engines = ("transformers", "vllm") if args.compare_engines else (args.engine,)
     policies = {
         name: open_policy(
@@ -546,7 +557,11 @@ def other_modes(cfg, args) -> dict:
         for name in engines
     }
     settings = run_settings(cfg, greedy=False, seed=cfg.seeds[0])
-    figures = {"questions": len(questions), "engine": "both" if args.compare_engines else args.engine}
+    figures = {
+        "questions": len(questions),
+        "engine": "both" if args.compare_engines else args.engine,
+        "adapters": sorted(model.peft_config) if args.adapters else [],
+    }
     if args.compare_engines:
         return figures | compare_engines(policies, questions, retriever, settings)
     return figures | one_engine(policies[args.engine], questions, retriever, settings, cfg.harness.batch_size)

@@ -62,6 +62,12 @@ def test_a_count_below_one_is_a_usage_error_naming_the_argument(tmp_path, script
     assert "Traceback" not in done.stderr
 
 
+def test_rollout_adapters_are_for_the_runner_modes_only():
+    """--old-vs-new always attaches its adapters; --adapters there would say otherwise, so it is refused."""
+    done = bench("rollout", "--old-vs-new", "--adapters")
+    assert done.returncode == 2 and "--adapters: not read by --old-vs-new" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("script", ["stage_startup"])  # every script checks --out with cli.check_out
 def test_an_out_in_a_missing_folder_is_refused_before_measuring(tmp_path, script):
     out = tmp_path / "nosuch" / "result.json"
@@ -122,3 +128,9 @@ def test_an_unknown_path_name_is_a_usage_error_listing_the_known_ones():
     assert done.returncode == 2, done.stderr
     assert "--paths: unknown new_heap_kpt; known: old, new," in done.stderr
     assert "new_heap_kept" in done.stderr and "new_mb4" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_gpu_check_script_parses():
+    """benchmarks/gpu_check.sh runs only on a GPU machine (and runs dvc repro); here its syntax is checked."""
+    done = subprocess.run(["bash", "-n", "benchmarks/gpu_check.sh"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
