@@ -4,6 +4,7 @@ rollout batch; collapse guards."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -168,7 +169,9 @@ def test_spending_counts_optimizer_steps_not_skipped_ones():
 
 
 def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_backbone, tmp_path):
-    from centralrl.rl.checkpoint import Progress
+    """At learning rate 50 step 1's update throws the policy far: step 2 measures the KL of the state saved after
+    step 1, past max_kl, sets that state aside and stops before saving anything of step 2 (seeded: always step 2)."""
+    from centralrl.rl.checkpoint import Progress, latest_state
     from centralrl.rl.health import TrainingDiverged
     from centralrl.rl.run import Phases, run_steps
     from centralrl.tracking import NullTracker
@@ -176,20 +179,42 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
     trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"learning_rate": 50.0, "steps": 6}, {"max_kl": 0.5})
     always_signal = Phases(reward=lambda trainer, episodes: SIGNAL)
     state = tmp_path / "state"
-    monitor = r"diverged at step \d+: (kl to the starting policy|\w+ is nan)"
     lines: list[str] = []
-    with pytest.raises(TrainingDiverged, match=monitor) as stop:
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 2: kl to the starting policy [\d.]+ passed"):
         run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker(), lines.append)
-    print(stop.value)
-    diverged = trainer.step
-    saved = [p.name for p in sorted(state.glob("step-*"))]
-    started = f"step-{diverged - 1:06d}"  # the state the diverged step started from
-    if "kl to the starting policy" in str(stop.value):  # its KL: that state is past the limit, set aside
-        assert diverged > 1 and started not in saved and (state / f"past-max-kl-{started}").is_dir()
-    else:  # the step's own update is the bad one
-        assert diverged > 1 and saved[-1] == started
+    assert trainer.step == 2
+    # step 1's state set aside, nothing of step 2 saved (a check after the save would have left step-000002)
+    assert sorted(p.name for p in state.iterdir()) == ["cuts", "past-max-kl-step-000001"]
+    assert latest_state(state, "key") is None
     # the console shows every step up to the one that diverged
-    assert [line.split(": reward")[0] for line in lines] == [f"step {k}/6" for k in range(1, diverged + 1)]
+    assert [line.split(": reward")[0] for line in lines] == ["step 1/6", "step 2/6"]
+
+
+def test_a_non_finite_loss_stops_the_run_before_saving_its_step_and_keeps_the_state_before(tiny_backbone, tmp_path):
+    """Step 3's rewards hold a NaN (a broken reward): its advantages, loss and update are NaN. The run stops at
+    step 3 naming the loss, saves nothing of it, and the last good state (step 2's, finite) is the one a rerun
+    resumes. Its KL, measured before the update, is finite: the loss monitor, not the KL's, must catch it."""
+    from centralrl.rl.checkpoint import Progress, latest_state, restore
+    from centralrl.rl.health import TrainingDiverged
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    broken = torch.tensor([[1.0, 0.0, 0.0, float("nan")], [0.5, 0.5, 0.5, 0.5]])
+    grpo, budgets = {"steps": 4}, {"four_steps": {"steps": 4}}
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, {"max_kl": 1e9}, budgets=budgets)
+    nan_at_step_3 = Phases(reward=lambda trainer, episodes: broken if trainer.step == 2 else SIGNAL)
+    state = tmp_path / "state"
+    progress = Progress([])
+    with pytest.raises(
+        TrainingDiverged, match=r"diverged at step 3: loss is nan; nothing of this step was saved"
+    ) as stop:
+        run_steps(trainer.cfg, trainer, progress, state, "key", nan_at_step_3, NullTracker())
+    assert f"the last good state is {state / 'step-000002'};" in str(stop.value)
+    assert progress.history[-1]["step"] == 3 and math.isfinite(progress.history[-1]["kl"])
+    assert [p.name for p in sorted(state.glob("step-*"))] == ["step-000001", "step-000002"]
+    assert latest_state(state, "key") == state / "step-000002"
+    # restoring it over the NaN weights: `restore` refuses a state with non-finite weights
+    assert restore(trainer, state / "step-000002").history[-1]["step"] == 2 and trainer.step == 2
 
 
 def test_a_kl_past_max_kl_sets_aside_the_state_it_measured_and_a_rerun_resumes_the_one_before(tiny_backbone, tmp_path):
