@@ -3,6 +3,8 @@ order its header names, its units and n, and how the movement table folds the se
 
 from __future__ import annotations
 
+import pytest
+
 from centralrl.compare import comparison
 from centralrl.config import load_config
 from centralrl.report import movement_section, spending_section, verdict_section
@@ -25,13 +27,14 @@ def test_the_spending_table_shows_the_optimizer_steps_a_cut_held():
     assert "| main | equal_steps | joint | 0 | 8 | 7 | no | 80 | 2.4e+10 |" in table
 
 
-def _comparison(params) -> dict:
-    """The compare stage's statistics on two seeds of 40 questions in two benchmarks: central_only right on every
-    other question, joint on every fourth; central in seed 0 made 10 calls and changed 1, in seed 1 30 and 15."""
+def _comparison(params, right: dict | None = None, questions: int = 40) -> dict:
+    """The compare stage's statistics on the seeds of `params`, each over `questions` questions in two benchmarks
+    (alternating): by default central_only right on every other question, joint on every fourth (`right`: arm ->
+    whether it answers question i); central in seed 0 made 10 calls and changed 1, in seed 1 30 and 15."""
     cfg = load_config(params)
 
     def records(right) -> list[dict]:
-        scores = [float(right(i)) for i in range(40)]
+        scores = [float(right(i)) for i in range(questions)]
         return [
             {"id": f"q{i:02d}", "benchmark": "xy"[i % 2], "question": "Who?", "golden_answers": ["Ann"]}
             | {"f1": s, "acc": s, "em": s}
@@ -42,7 +45,8 @@ def _comparison(params) -> dict:
         share = {"calls": calls, "changed": changed, "changed_share": changed / calls, "kl": 0.01}
         return {role: share | {"adapter": adapter} for role, adapter in cfg.arm_adapters(arm).items()}
 
-    scores = {"central_only": records(lambda i: i % 4 < 2), "joint": records(lambda i: i % 4 == 0)}
+    right = right or {"central_only": lambda i: i % 4 < 2, "joint": lambda i: i % 4 == 0}
+    scores = {arm: records(right[arm]) for arm in ("central_only", "joint")}
     arms = {arm: {seed: dict.fromkeys(cfg.budgets, scores[arm]) for seed in cfg.seeds} for arm in cfg.arms}
     cut = {"step": 2, "reached": True, "spent": {"steps": 2.0, "trained_tokens": 10.0, "flops": 1e9}}
     cuts = {arm: {seed: {b: cut | {"budget": {}} for b in cfg.budgets} for seed in cfg.seeds} for arm in cfg.arms}
@@ -66,6 +70,19 @@ def test_the_verdict_table_says_its_units_its_n_and_which_mde_comes_first(tmp_pa
     mde = f"{power['mde']:.2f} ({per_seed[0]:.2f}-{per_seed[1]:.2f})"
     assert "| main | equal_steps (steps 2) | F1 | 40 x 2 | 50.00 | 25.00 | s0: 25.00 [" in table
     assert f"| **supported** | {mde} |" in table
+
+
+def test_the_verdict_reads_the_configured_level(tmp_path):
+    """One seed, central_only right on 2 more of the 12 questions of each benchmark, never on fewer: the percentile
+    CI is above 0 but the sign-flip p is about 2/2**4 = 0.125 (seeded Monte Carlo over 24 questions), so at level
+    0.95 the claim is not told from chance, and at level 0.8 (alpha 0.2) it is supported."""
+    right = {"central_only": lambda i: i < 4, "joint": lambda i: False}
+    for level, expected in ((0.95, "inconclusive"), (0.8, "supported")):
+        params = write_params(tmp_path / str(level), {"seeds": [0], "compare": {"level": level}})
+        claim = _comparison(params, right, questions=24)["backbones"]["main"]["budgets"]["equal_steps"]["claim"]
+        difference = claim["f1"]["seeds"][0]
+        assert difference["macro"]["low"] > 0 and difference["p_value"] == pytest.approx(0.125, abs=0.01)
+        assert claim["f1"]["verdict"] == claim["acc"]["verdict"] == expected, level
 
 
 def test_the_movement_table_says_calls_are_summed_and_shares_averaged_unweighted(tmp_path):
