@@ -538,3 +538,24 @@ def test_the_report_shows_each_runs_reward_rise_idle_steps_and_dev_f1():
     # needs quarters of q steps with 0.686 x sqrt(1 / q) <= 0.1: q = 2 x 6.861^2 = 94.1 -> 95, so 380 steps
     assert "| main | joint | 0 | 8 | 0.200 | 0.600 | +0.400 | 0.245 | 0.686 | 380 | 2 | 0.25 -> 0.50 |" in table
     assert "| main | central_only | 0 | 1 | 0.100 | 0.100 | +0.000 | - | - | - | 0 | 0.25 -> 0.25 |" in table
+
+
+def test_arms_are_paired_by_question_id_whatever_order_their_records_come_in(smoke_params):
+    """central_only scores 25 points above joint on every question, its records written in reverse order: every
+    paired difference is 25, so the interval has no width; paired by position instead, the differences would vary
+    (joint's scores differ from question to question) and so would the bootstrap."""
+    from centralrl.compare import paired
+    from centralrl.config import load_config
+
+    def records(scores) -> list[dict]:
+        return [
+            {"id": f"q{i:02d}", "benchmark": "xy"[i % 2], "f1": s, "acc": s, "em": s} for i, s in enumerate(scores)
+        ]
+
+    joint = [0.25 * (i % 4) for i in range(16)]  # 0, 0.25, 0.5, 0.75 in each benchmark
+    central_only = records([s + 0.25 for s in joint])[::-1]
+    difference = paired(central_only, records(joint), load_config(smoke_params))
+    shift = {"estimate": 25.0, "low": 25.0, "high": 25.0}
+    for metric in ("f1", "acc", "em"):
+        assert difference[metric]["macro"] == pytest.approx(shift)
+        assert difference[metric]["benchmarks"] == {"x": pytest.approx(shift), "y": pytest.approx(shift)}
