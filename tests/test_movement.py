@@ -154,6 +154,27 @@ def test_the_report_says_when_the_sub_agents_did_not_move(smoke_run, moved):
     assert f"| main | cut | joint | conclusion | {questions} | s0: {conclusion_share} |" in table
 
 
+def test_the_report_says_central_against_central_only_of_the_seeds_whose_sub_agents_did_not_move(smoke_params):
+    """Two seeds of joint: in seed 0 only central moved, in seed 1 the conclusion did too. The bold statement (no
+    seed's sub-agents moved) is not made; the per-seed sentence names seed 0 alone."""
+
+    def movement(changed: dict[str, int]) -> dict:
+        return {
+            role: {"calls": 10, "changed": changed.get(role, 0), "changed_share": changed.get(role, 0) / 10, "kl": 0.0}
+            for role in JOINT
+        }
+
+    seeds = {0: movement({"central": 3}), 1: movement({"central": 3, "conclusion": 2})}
+    moved_arm = arm_movement(load_config(smoke_params).arm("joint"), seeds)
+    assert moved_arm["unmoved_seeds"] == [0] and moved_arm["still_seeds"] == []
+    result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
+    assert movement_notes(result) == [
+        "- main, cut, joint: in seed(s) 0 the sub-agents (retrieval, conclusion) did not move; those seeds compare "
+        "central against central.",
+        "",
+    ]
+
+
 def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
     """The pipeline test runs the base reference only; this is the other topology's stage run, in-process."""
     from stages import evaluate
