@@ -73,6 +73,37 @@ def test_one_informative_group_moves_only_the_trainable_adapters(tiny_backbone, 
     assert metrics["trained_tokens.conclusion"] == informative  # the equal-reward group trains no token
 
 
+def test_the_reported_loss_is_normalised_by_the_steps_trained_tokens(tiny_backbone, tmp_path):
+    """loss_normalization token: the loss a step reports is the sum of its per-token terms over every trained token
+    of the step, divided by their count; here central's samples train 4 tokens and conclusion's 1, so a count of
+    samples would differ. By hand: one full-logit forward per adapter, one `grpo_loss` each, that denominator.
+    The episodes are learned twice: at the first update the ratio is 1 and every episode of a group trains as many
+    tokens, so the loss is 0 whatever it is divided by; at the second the policy has moved from the recorded one."""
+    from centralrl.rl.grpo import grpo_loss, token_logprobs
+    from centralrl.rl.trainer import _padded, informative_samples
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["central", "conclusion"], {"kl_coef": 0.0})
+    g, model, pad = trainer.cfg.train.grpo, trainer.policy.model, trainer.policy.tokenizer.pad_token_id
+    episodes = trainer.rollout()
+    _, samples = informative_samples(episodes, SIGNAL, g)
+    tokens = sum(s.trained_tokens for s in samples)
+    assert {s.trained_tokens for s in samples} == {1, 4} and tokens != len(samples)
+    trainer.learn(episodes, SIGNAL)
+    expected = 0.0
+    with torch.no_grad():
+        for adapter in ("central", "conclusion"):
+            group = [s for s in samples if s.adapter == adapter]
+            ids, attention, mask, recorded = _padded(group, pad, "cpu")
+            model.set_adapter(adapter)
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+            logp = token_logprobs(logits, ids[:, 1:], trainer.cfg.harness.temperature)
+            advantages = torch.tensor([s.advantage for s in group])
+            loss, _ = grpo_loss(logp, recorded, None, advantages, mask, g.clip_eps, 0.0, "token", float(tokens))
+            expected += float(loss)
+    assert abs(expected) > 0.01
+    assert trainer.learn(episodes, SIGNAL)["loss"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_the_updates_dropout_masks_derive_from_the_seed_and_step_not_the_global_generator(tiny_backbone, tmp_path):
     """A resumed run restores no generator: a mask drawn from the global one (on CUDA, or in another process,
     never saved) made the resumed update differ from the uninterrupted one."""
