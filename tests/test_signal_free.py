@@ -173,6 +173,26 @@ def test_the_logged_learning_rate_is_the_one_the_steps_update_used(tiny_backbone
     assert logged == pytest.approx([1.5e-4, 3e-4, 3e-4 * 8 / 9, 3e-4 * 8 / 9])
 
 
+def test_a_resumed_run_continues_the_learning_rate_schedule(tiny_backbone, tmp_path):
+    """Linear schedule, 1 warmup step of 10: a run saved after step 1 and resumed in a fresh trainer uses the rates
+    and ends with the adapters of the uninterrupted run. The optimizer's own state holds the rate of step 2, so only
+    step 3 shows a schedule that was not restored (it would step from 0 again: the full rate, not 8/9 of it)."""
+    from centralrl.rl.checkpoint import Progress, restore, save_state
+
+    grpo = {"learning_rate": 3e-4, "lr_schedule": "linear", "warmup_steps": 1, "steps": 10}
+    straight = _trainer(tiny_backbone, tmp_path / "straight", ["conclusion"], grpo)
+    first = straight.learn(straight.rollout(), SIGNAL)
+    save_state(straight, tmp_path / "state", Progress([{"step": 1, **first}]), "key")
+    rates = [straight.learn(straight.rollout(), SIGNAL)["learning_rate"] for _ in range(2)]
+    assert rates == pytest.approx([3e-4, 3e-4 * 8 / 9])
+
+    resumed = _trainer(tiny_backbone, tmp_path / "resumed", ["conclusion"], grpo)
+    restore(resumed, tmp_path / "state" / "step-000001")
+    assert [resumed.learn(resumed.rollout(), SIGNAL)["learning_rate"] for _ in range(2)] == rates
+    assert resumed.scheduler.state_dict() == straight.scheduler.state_dict()
+    assert _moved(_weights(straight), resumed) == set()
+
+
 def test_a_step_logs_reward_and_subquestions_per_benchmark(tiny_backbone, tmp_path):
     from dataclasses import replace
 
