@@ -133,6 +133,13 @@ def migrated_prefect_home(prefect_server, tmp_path) -> Callable[[str], Path]:
     return make
 
 
+def project_pythonpath(root: Path = REPO, *extra: Path) -> dict[str, str]:
+    """PYTHONPATH for a subprocess that runs the project's code from `root` (this checkout by default): root/src
+    first, so `centralrl` is imported from it and not from the venv's editable install (which may point at another
+    checkout's src: with PYTHONPATH=root alone the child ran that code), then root (stages/, flows/), then `extra`."""
+    return {"PYTHONPATH": os.pathsep.join(str(path) for path in (root / "src", root, *extra))}
+
+
 def session_prefect_env() -> dict[str, str]:
     """PREFECT_API_URL of the `prefect_server` this test runs under (empty outside one), for a stage started in a
     subprocess: it reports there instead of starting a server of its own (about 8 core-seconds each)."""

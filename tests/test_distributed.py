@@ -15,7 +15,7 @@ import torch
 from centralrl.distributed import World, launch_command
 from centralrl.errors import ConfigError
 
-from conftest import REPO, TOY, session_prefect_env, write_params
+from conftest import REPO, TOY, project_pythonpath, session_prefect_env, write_params
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
@@ -59,7 +59,7 @@ def test_the_preflight_wants_a_gpu_per_process_on_cuda(tmp_path):
 
 
 def _accelerate(module_args: list[str], temp_dir: Path | None = None) -> subprocess.CompletedProcess:
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
+    env = os.environ | project_pythonpath(REPO, REPO / "tests") | {"OMP_NUM_THREADS": "1"}
     env |= session_prefect_env() | ({"TMPDIR": str(temp_dir)} if temp_dir else {})
     return subprocess.run(module_args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 

@@ -30,7 +30,7 @@ from centralrl.io import (
     write_jsonl,
     write_rows,
 )
-from conftest import REPO, write_params
+from conftest import REPO, project_pythonpath, write_params
 
 STAGE = """
 import errno, os, sys
@@ -62,8 +62,19 @@ if __name__ == "__main__":
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = os.environ | project_pythonpath() | {"OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_stage_subprocess_runs_this_checkouts_code(tmp_path):
+    """The subprocesses of these tests import `centralrl` and `stages` from this checkout, not from the venv's
+    editable install (which may be another checkout's src: with PYTHONPATH the repo root alone, they were)."""
+    done = run(["-c", "import centralrl, stages; print(centralrl.__file__); print(stages.__file__)"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        str(REPO / "src" / "centralrl" / "__init__.py"),
+        str(REPO / "stages" / "__init__.py"),
+    ]
 
 
 @pytest.fixture
@@ -195,7 +206,7 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url):
     url = url.format(port=free_port())
     params = write_params(tmp_path)
     index = ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"]
-    env = os.environ | {"PYTHONPATH": str(REPO), "PREFECT_API_URL": url, "OMP_NUM_THREADS": "1"}
+    env = os.environ | project_pythonpath() | {"PREFECT_API_URL": url, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "stages.build_index", "--params", str(params), *index]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

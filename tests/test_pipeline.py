@@ -19,7 +19,7 @@ from centralrl.attribution import PLACES
 from centralrl.errors import BackboneError, ConfigError, DataError
 from stages import build_index, prepare_data
 
-from conftest import REPO, session_prefect_env, write_params
+from conftest import REPO, project_pythonpath, session_prefect_env, write_params
 
 
 def _prepare(params: Path, out: Path) -> dict[str, Path]:
@@ -132,11 +132,13 @@ SECRETS = {
 
 
 def _run(command: list[str], cwd: Path) -> str:
-    """Run `command` with the secrets above in its environment; its stdout and stderr (the log)."""
+    """Run `command` with the secrets above in its environment; its stdout and stderr (the log). The stages run the
+    code copied into `cwd` (the code their DVC deps and fingerprints hash), not this checkout's or the venv's."""
     # every stage's flow reports to the test server instead of starting its own (seconds per stage saved)
     env = (
         os.environ
         | SECRETS
+        | project_pythonpath(cwd)
         | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "ELASTIC_USERNAME": "elastic"}
         | session_prefect_env()
     )

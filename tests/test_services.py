@@ -25,7 +25,7 @@ from centralrl import services
 from centralrl.errors import ConfigError
 from centralrl import dvc_runs
 
-from conftest import REPO, session_prefect_env, write_params
+from conftest import REPO, project_pythonpath, session_prefect_env, write_params
 
 PARAMS = {
     "profile": "default",
@@ -557,7 +557,7 @@ def test_a_stage_that_ends_sends_its_flow_logs_to_a_long_lived_server(prefect_se
 
     script = tmp_path / "logging_stage.py"
     script.write_text(LOGGING_STAGE.format(params=str(write_params(tmp_path))))
-    env = os.environ | {"PYTHONPATH": str(REPO)} | session_prefect_env()
+    env = os.environ | project_pythonpath() | session_prefect_env()
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     flow_run_id = run.stdout.split("flow run ")[1].split()[0]

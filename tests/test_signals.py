@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, write_params
+from conftest import REPO, project_pythonpath, write_params
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +34,16 @@ def dvc_project(folder: Path) -> None:
 
 
 def start_repro(folder: Path, prefect_home: Path) -> subprocess.Popen:
-    env = os.environ | {
-        "PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(REPO),
-        "PREFECT_HOME": str(prefect_home),
-        "OMP_NUM_THREADS": "1",
-        "TMPDIR": str(prefect_home),  # a SIGKILLed stage cannot remove its Prefect server's log folder
-    }
+    env = (
+        os.environ
+        | project_pythonpath()
+        | {
+            "PATH": f"{DVC.parent}{os.pathsep}{os.environ['PATH']}",
+            "PREFECT_HOME": str(prefect_home),
+            "OMP_NUM_THREADS": "1",
+            "TMPDIR": str(prefect_home),  # a SIGKILLed stage cannot remove its Prefect server's log folder
+        }
+    )
     env.pop("PREFECT_API_URL", None)
     # the log goes to a file, not a pipe: nobody reads a pipe while the test waits, and a full one (64 KB of
     # Prefect and dvc lines, more on a loaded machine) blocks dvc and its stage in a write, so they never exit

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, write_params
+from conftest import project_pythonpath, write_params
 
 from centralrl.config import TrackingConfig
 from centralrl.tracking import open_tracker
@@ -38,7 +38,7 @@ def test_stages_starting_at_once_share_a_fresh_sqlite_store_under_one_parent(tmp
 
     write_params(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = os.environ | project_pythonpath()
     cells = [
         subprocess.Popen(
             [sys.executable, "-c", CELL, str(tmp_path), uri, f"cell{i}"],

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from centralrl.config import load_config
 from centralrl.models.backbone import content_sha256
 
-from conftest import REPO, TOY, session_prefect_env, toy_questions, write_params
+from conftest import REPO, TOY, project_pythonpath, session_prefect_env, toy_questions, write_params
 
 
 def _stage_args(folder: Path, params: Path, data: dict, arm: str, out: str) -> list[str]:
@@ -252,7 +252,7 @@ def test_a_killed_run_resumes_and_ends_byte_identical(smoke_run, tmp_path, capsy
     train(folder, params, data, "joint", "straight")  # in this process: a stage process's imports cost ~15 s
     straight = capsys.readouterr().out
     assert "(process 1 of 1): started at step 0, now at step 4;" in straight, straight
-    env = os.environ | {"PYTHONPATH": str(REPO)} | session_prefect_env()
+    env = os.environ | project_pythonpath() | session_prefect_env()
 
     interrupted = subprocess.Popen(
         _stage_command(folder, params, data, "killed"),
