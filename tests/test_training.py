@@ -120,6 +120,11 @@ def test_budgets_cut_the_run_at_the_first_step_that_reaches_them(central_only_ru
     cuts = {name: cut for name, cut in budgets["cuts"].items() if name in TOY["budgets"]}
     assert {name: cut["step"] for name, cut in cuts.items()} == {"any_token": 1, "one_step": 1, "two_steps": 2}
     assert all(cut["reached"] for cut in cuts.values())
+    # the smoke profile's equal_tokens is more than 2 steps can train (2 questions x 4 episodes x 4 central tokens
+    # each): cut at the last step, unreached, with what was spent
+    unreached = budgets["cuts"]["equal_tokens"]
+    assert unreached["step"] == 2 and unreached["reached"] is False
+    assert unreached["spent"]["trained_tokens"] < unreached["budget"]["trained_tokens"] == 150
     first_step = json.loads(paths["history"].read_text().splitlines()[0])
     assert cuts["one_step"]["spent"]["trained_tokens"] == first_step["trained_tokens.central"] > 0
     assert cuts["two_steps"]["spent"]["flops"] > cuts["one_step"]["spent"]["flops"] > 0
