@@ -89,11 +89,33 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 
 @pytest.fixture(scope="module")
 def central_only_run(smoke_run) -> dict[str, Path]:
+    """The train stage on central_only, in this process; every base (non-LoRA) weight of the model it trained is
+    unchanged in memory at the end (the saved adapters hold LoRA weights only, so a base weight that trained would
+    show nowhere else). The policy is the one `fresh_policy` built for the run, seen through a wrapper."""
+    from centralrl.rl import run
+
     folder, params, data = smoke_run
-    start_hash = content_sha256(folder / "start")
-    paths = train(folder, params, data, "central_only", "central_only", f"--start-scores={folder / 'start-scores'}")
-    assert content_sha256(folder / "start") == start_hash  # every base weight unchanged
+    built, fresh_policy = [], run.fresh_policy
+
+    def recorded(*args, **kwargs):
+        policy = fresh_policy(*args, **kwargs)
+        built.append((policy, _base_weights(policy.model)))
+        return policy
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run, "fresh_policy", recorded)
+        paths = train(
+            folder, params, data, "central_only", "central_only", f"--start-scores={folder / 'start-scores'}"
+        )
+    [(policy, start)] = built
+    after = _base_weights(policy.model)
+    assert after.keys() == start.keys() and len(start) > 10
+    assert [name for name in start if not torch.equal(start[name], after[name])] == []
     return paths
+
+
+def _base_weights(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" not in name}
 
 
 def test_central_only_trains_the_central_adapter_and_nothing_else(smoke_run, central_only_run):
