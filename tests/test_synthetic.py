@@ -172,8 +172,8 @@ def found(pattern: str, text: str) -> str:
 
 
 def test_no_training_question_asks_a_fact_a_test_question_asks(world):
-    """Before, 3 of the default's 12 one-hop test facts were hops of training questions and 15 of its 24 test
-    answers were training targets."""
+    """Before, 3 of the default's 12 one-hop test facts were hops of training questions and 6 of its 12 two-hop
+    test questions shared a hop with one."""
     questions, _ = world
     asked = {step.question for q in questions if q.split == "test" for step in q.decomposition}
     trained = [q.id for q in questions if q.split == "train" if asked & {step.question for step in q.decomposition}]
