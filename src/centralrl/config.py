@@ -121,8 +121,8 @@ class QuestionSource(Section):
     source_filter: str | None = Field(
         None,
         description="qa_jsonl, searchr1_parquet: keep the rows whose `source` (qa_jsonl) or `data_source` "
-        "(searchr1_parquet) column equals this, case-insensitively, before `limit`; a Search-R1 file of several "
-        "data_sources needs it",
+        "(searchr1_parquet) column equals this, case-insensitively, before `limit`; a file of several sources "
+        "(a merged Search-R1 parquet, a DeepResearcher mixed file) needs it",
     )
     dataset_id: str | None = Field(None, description="hf_dataset: e.g. RUC-NLPIR/FlashRAG_datasets")
     dataset_config: str | None = Field(None, description="hf_dataset: config name, e.g. nq")

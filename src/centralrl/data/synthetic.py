@@ -29,7 +29,10 @@ Where it departs from them:
   the spouse of X born" is found by searching X), and distractor sentences never name an entity within two
   facts (a film's passage naming its company's founder would answer "who founded its production company").
 - Train and test share one world but no fact: no training question asks a fact (a sub-question of its
-  decomposition) that a test question asks, so a test answer is never a training target.
+  decomposition) that a test question asks, so no test fact is a training target. Answers may still recur (a
+  city is many people's birthplace: 10 of the default's 23 distinct test answers answer other training facts),
+  and a marriage, stated in both passages, is two facts, one per side (the default asks 2 from one side in test
+  and from the other in training).
 - The decomposition of a comparison ends with a step that compares the two found values and needs no passage.
 
 Details: the `n_*` sizes count twins (a `lookalike_fraction` f gives round(f * n / 2) twin pairs per type).
@@ -931,10 +934,10 @@ def _take(drafts: Iterator[Draft], split: str, qtype: str, cfg: SyntheticConfig)
     need = cfg.test_per_type if split == "test" else cfg.train_per_type
     taken = list(islice(drafts, need))
     if len(taken) < need:
+        why = " (a training question asks no fact a test question asks)" if split == "train" else ""
         raise DataError(
             f"synthetic world too small for question type {qtype!r}: {len(taken)} distinct {split} questions "
-            f"possible (a training question asks no fact a test question asks), {need} requested "
-            f"({split}_per_type); raise {SIZE_FIELDS[qtype]} or lower train_per_type/test_per_type"
+            f"possible{why}, {need} requested ({split}_per_type); raise {SIZE_FIELDS[qtype]} or lower {split}_per_type"
         )
     return taken
 
