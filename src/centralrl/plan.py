@@ -383,23 +383,24 @@ def dense_encoder(cfg: Config) -> str | None:
     return r.dense.encoder if encodes else None
 
 
-def model_names(cfg: Config) -> list[str]:
-    """What the config loads by name: hf backbones and the dense encoder (packaged encoders excepted)."""
-    from centralrl.retrieval.encoder import PACKAGED
-
-    models = [cfg.models[b].name_or_path for b in cfg.backbones if cfg.models[b].source == "hf"]
-    encoder = dense_encoder(cfg)
-    return list(dict.fromkeys(models + ([encoder] if encoder and encoder not in PACKAGED else [])))
-
-
-def hub_repos(cfg: Config, root: Path) -> list[HubRepo]:
-    """Models and question sets this config would fetch from the Hugging Face hub (not local folders), each once."""
+def model_names(cfg: Config) -> list[tuple[str, str | None]]:
+    """What the config loads by name, each once with its revision: hf backbones and the dense encoder (packaged
+    encoders excepted)."""
     from centralrl.retrieval.encoder import PACKAGED
 
     models = [(m.name_or_path, m.revision) for m in (cfg.models[b] for b in cfg.backbones) if m.source == "hf"]
     encoder = dense_encoder(cfg)
     models += [(encoder, cfg.retrieval.dense.revision)] if encoder and encoder not in PACKAGED else []
-    repos = [HubRepo(name, "model", rev) for name, rev in models if not Path(name).is_dir() and not _path_like(name)]
+    return list(dict.fromkeys(models))
+
+
+def hub_repos(cfg: Config, root: Path) -> list[HubRepo]:
+    """Models and question sets this config would fetch from the Hugging Face hub (not local folders), each once."""
+    repos = [
+        HubRepo(name, "model", rev)
+        for name, rev in model_names(cfg)
+        if not Path(name).is_dir() and not _path_like(name)
+    ]
     repos += [
         HubRepo(q.dataset_id, "dataset", q.dataset_revision)
         for q in cfg.data.questions
@@ -413,7 +414,7 @@ def check_model_folders(cfg: Config) -> list[Check]:
     from centralrl.errors import RetrievalError
     from centralrl.retrieval.encoder import PACKAGED, encoder_folder
 
-    folders = [Path(name).expanduser() for name in model_names(cfg) if _path_like(name)]
+    folders = dict.fromkeys(Path(name).expanduser() for name, _ in model_names(cfg) if _path_like(name))
     checks = [
         Check(f"model folder {folder}", folder.is_dir(), str(folder) if folder.is_dir() else f"{folder} not found")
         for folder in folders
