@@ -628,6 +628,32 @@ def test_a_hub_dataset_offline_is_read_from_its_hf_cache_snapshot(hub_folder, tm
         load_questions(nq, tmp_path / "no_copy")
 
 
+def test_a_partial_hf_cache_snapshot_names_the_files_it_lacks(hub_folder, tmp_path, monkeypatch):
+    """An online load of nq leaves the README and nq's files in the HF cache, not hotpotqa's: offline, hotpotqa's
+    load failed with datasets' "Unable to find .../hotpotqa/dev.jsonl" and no way to fetch it; now the error names
+    the missing file and the `hf download --include` that fetches it."""
+    import datasets
+    from huggingface_hub import constants
+
+    from conftest import hub_cache_repo
+
+    shutil.rmtree(hub_folder / "hotpotqa")
+    snapshot = hub_cache_repo(tmp_path / "hub", "RUC-NLPIR/FlashRAG_datasets", "dataset", hub_folder)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    hub = dict(dataset_id="RUC-NLPIR/FlashRAG_datasets")
+    nq = source("hf_dataset", benchmark="nq", dataset_config="nq", dataset_split="test", **hub)
+    assert len(load_questions(nq, tmp_path / "no_copy")[0]) == 3
+    hotpot = source("hf_dataset", benchmark="hotpotqa", dataset_config="hotpotqa", dataset_split="dev", **hub)
+    with pytest.raises(DataError) as error:
+        load_questions(hotpot, tmp_path / "no_copy")
+    assert (
+        f"; offline, its snapshot in the HF cache ({snapshot}) lacks hotpotqa/dev.jsonl: `hf download --repo-type "
+        "dataset RUC-NLPIR/FlashRAG_datasets --include hotpotqa/dev.jsonl` where the hub is reachable"
+    ) in str(error.value)
+
+
 def test_a_hub_dataset_revision_picks_the_snapshot_offline_and_the_download_online(hub_folder, tmp_path, monkeypatch):
     """dataset_revision pins the hub repository: offline, the HF cache's snapshot of that tag or commit (here with
     one test row more than main's); online, `load_dataset(..., revision=)`. A local copy is read as it is."""

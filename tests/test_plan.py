@@ -210,7 +210,7 @@ def test_a_pinned_question_set_is_planned_and_checked_at_its_revision(repo):
         for split in ("train", "test")
     ]
     cfg = load_config(repo / "params.yaml", {"profile": "paper-1.5b", "data": {"questions": questions}})
-    pinned = plan.HubRepo("RUC-NLPIR/FlashRAG_datasets", "dataset", "v1")
+    pinned = plan.HubRepo("RUC-NLPIR/FlashRAG_datasets", "dataset", "v1", (("nq", "train"), ("nq", "test")))
     assert plan.hub_repos(cfg, Path(cfg.data.root))[1:] == [pinned]
     assert "[config nq, split test, revision v1]" in plan._question_line(cfg.data.questions[1], Path(cfg.data.root))
     check = plan.check_hub([pinned], {"HF_HUB_OFFLINE": "1"})
@@ -280,6 +280,40 @@ def test_offline_the_hub_check_names_what_the_hf_cache_lacks(repo, tmp_path, mon
         and "needed for dataset RUC-NLPIR/FlashRAG_datasets;" in mixed.reason
     )
     assert mixed.reason.endswith(f"Qwen/Qwen2.5-1.5B-Instruct from the HF cache ({tmp_path / 'hub'})")
+
+
+def test_offline_the_hub_check_names_the_data_files_a_partial_snapshot_lacks(repo, tmp_path, monkeypatch):
+    """An online load of nq leaves the README and nq's files in the HF cache: the check passed, then the load of
+    hotpotqa failed offline; now the check names the split's file the snapshot lacks and how to fetch it."""
+    from huggingface_hub import constants
+
+    from conftest import hub_cache_repo
+
+    paper_hub_cache(tmp_path / "hub", tmp_path, with_dataset=False)
+    (tmp_path / "dataset" / "nq").mkdir(parents=True)
+    (tmp_path / "dataset" / "nq" / "test.jsonl").write_text("{}\n")
+    (tmp_path / "dataset" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: nq\n  data_files:\n  - split: test\n    path: nq/test.jsonl\n"
+        "- config_name: hotpotqa\n  data_files:\n  - split: dev\n    path: hotpotqa/dev.jsonl\n---\n"
+    )
+    hub_cache_repo(tmp_path / "hub", "RUC-NLPIR/FlashRAG_datasets", "dataset", tmp_path / "dataset")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub = {"kind": "hf_dataset", "dataset_id": "RUC-NLPIR/FlashRAG_datasets"}
+    questions = [
+        {**hub, "dataset_config": "nq", "dataset_split": "test", "benchmark": "nq", "split": "train"},
+        {**hub, "dataset_config": "hotpotqa", "dataset_split": "dev", "benchmark": "hotpotqa", "split": "test"},
+    ]
+    cfg = load_config(repo / "params.yaml", {"profile": "paper-1.5b", "data": {"questions": questions}})
+    repos = plan.hub_repos(cfg, Path(cfg.data.root))
+    assert repos[1:] == [plan.HubRepo(hub["dataset_id"], "dataset", parts=(("nq", "test"), ("hotpotqa", "dev")))]
+    check = plan.check_hub(repos, {"HF_HUB_OFFLINE": "1"})
+    assert not check.ok and check.reason.endswith(
+        "lacks hotpotqa/dev.jsonl of dataset RUC-NLPIR/FlashRAG_datasets; fill it where the hub is reachable "
+        "(hf download --repo-type dataset RUC-NLPIR/FlashRAG_datasets --include hotpotqa/dev.jsonl) or go online"
+    )
+    assert plan.check_hub(
+        repos[:1] + [plan.HubRepo(hub["dataset_id"], "dataset", parts=(("nq", "test"),))], {"HF_HUB_OFFLINE": "1"}
+    ).ok
 
 
 def test_offline_the_plan_check_passes_on_a_filled_hf_cache(repo, tmp_path):

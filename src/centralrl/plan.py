@@ -53,19 +53,22 @@ TRUE_WORDS = {"1", "true", "yes", "on"}
 @dataclass(frozen=True)
 class HubRepo:
     """A repository the config reads from the Hugging Face hub: its id, type ("model" or "dataset", as
-    huggingface_hub names them) and revision (None: the default branch)."""
+    huggingface_hub names them), revision (None: the default branch) and, for a question set, the (config, split)
+    pairs its question sources read (config None: the default one)."""
 
     id: str
     type: str = "model"
     revision: str | None = None
+    parts: tuple[tuple[str | None, str], ...] = ()
 
     def __str__(self) -> str:
         return f"{'dataset ' if self.type == 'dataset' else ''}{self.id}{f'@{self.revision}' if self.revision else ''}"
 
-    def download(self) -> str:
-        """The command that fills the HF cache with it where the hub is reachable."""
-        kind = " --repo-type dataset" if self.type == "dataset" else ""
-        return f"hf download{kind} {self.id}{f' --revision {self.revision}' if self.revision else ''}"
+    def download(self, files: Sequence[str] = ()) -> str:
+        """The command that fills the HF cache with it (only `files` when given) where the hub is reachable."""
+        from centralrl.data.hub import download_command
+
+        return download_command(self.id, self.type, self.revision, files)
 
 
 @dataclass(frozen=True)
@@ -401,12 +404,11 @@ def hub_repos(cfg: Config, root: Path) -> list[HubRepo]:
         for name, rev in model_names(cfg)
         if not Path(name).is_dir() and not _path_like(name)
     ]
-    repos += [
-        HubRepo(q.dataset_id, "dataset", q.dataset_revision)
-        for q in cfg.data.questions
-        if q.kind == "hf_dataset" and _local_dataset(q, root) is None
-    ]
-    return list(dict.fromkeys(repos))
+    parts: dict[tuple[str, str | None], dict] = {}  # (id, revision): {(config, split): None}, in config order
+    for q in cfg.data.questions:
+        if q.kind == "hf_dataset" and _local_dataset(q, root) is None:
+            parts.setdefault((q.dataset_id, q.dataset_revision), {})[(q.dataset_config, q.dataset_split)] = None
+    return repos + [HubRepo(name, "dataset", rev, tuple(read)) for (name, rev), read in parts.items()]
 
 
 def check_model_folders(cfg: Config) -> list[Check]:
@@ -435,23 +437,35 @@ def offline_variable(repo: HubRepo, env: Mapping[str, str]) -> str | None:
     return name if env.get(name, "").lower() in TRUE_WORDS else None
 
 
+def _cache_gap(repo: HubRepo) -> tuple[str, str] | None:
+    """What the HF cache lacks of `repo` and the command that fetches it; None when it holds what the loaders read
+    offline: the snapshot at the revision (`hub.cached_snapshot`) with, for a question set, the data files of each
+    config and split read (`hub.missing_data_files`: an online load of one config leaves only its own there)."""
+    from centralrl.data.hub import cached_snapshot, missing_data_files
+
+    snapshot = cached_snapshot(repo.id, repo.type, repo.revision)
+    if snapshot is None:
+        return str(repo), repo.download()
+    files = [file for config, split in repo.parts for file in missing_data_files(snapshot, config, split)]
+    return (f"{', '.join(files)} of {repo}", repo.download(files)) if files else None
+
+
 def check_hub(repos: Sequence[HubRepo], environ: dict | None = None) -> Check:
     """What the config fetches from the hub: online, the hub answers; offline (`offline_variable`), the HF cache
-    holds each repository at its revision (`hub.cached_snapshot`, what the loaders read offline)."""
+    holds what the loaders read of each repository (`_cache_gap`)."""
     from huggingface_hub import constants
-
-    from centralrl.data.hub import cached_snapshot
 
     env = os.environ if environ is None else environ
     offline = {repo: offline_variable(repo, env) for repo in repos}
     cached = [repo for repo, variable in offline.items() if variable]
-    missing = [repo for repo in cached if cached_snapshot(repo.id, repo.type, repo.revision) is None]
-    if missing:
+    gaps = {repo: gap for repo in cached if (gap := _cache_gap(repo))}
+    if gaps:
         return Check(
             "hugging face hub",
             False,
-            f"{offline[missing[0]]}=1 but the HF cache ({constants.HF_HUB_CACHE}) lacks {', '.join(map(str, missing))}"
-            f"; fill it where the hub is reachable ({'; '.join(repo.download() for repo in missing)}) or go online",
+            f"{offline[next(iter(gaps))]}=1 but the HF cache ({constants.HF_HUB_CACHE}) lacks "
+            f"{', '.join(lacks for lacks, _ in gaps.values())}; fill it where the hub is reachable "
+            f"({'; '.join(command for _, command in gaps.values())}) or go online",
         )
     online = [str(repo) for repo, variable in offline.items() if not variable]
     from_cache = f"{', '.join(map(str, cached))} from the HF cache ({constants.HF_HUB_CACHE})" if cached else ""
