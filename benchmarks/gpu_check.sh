@@ -9,8 +9,9 @@
 #   3. when vLLM imports, its tests (`tests/test_vllm_engine.py`: both engines on a tiny bf16 Qwen2 with adapters);
 #   (these need only the data, the index and the backbone, so they come first: a lease that ends early still
 #   has their figures)
-#   4. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage still running after STAGE_TIMEOUT
-#      seconds (default 150) gets SIGABRT, and Python's faulthandler prints where it stood;
+#   4. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage of this check (one working in its scratch
+#      copy) still running after STAGE_TIMEOUT seconds (default 150) gets SIGABRT, and Python's faulthandler prints
+#      where it stood;
 #   5. when `nvidia-smi -L` lists two GPUs or more, one smoke training cell (train@joint-0-main, 2 steps) again
 #      with train.processes set to their number (the stage relaunches itself under accelerate);
 # then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/). A failed step is
@@ -116,17 +117,37 @@ vllm_tests() {
 }
 (( has_vllm )) && run_step "3. the vLLM tests" vllm_tests
 
-watchdog() {   # every 5 s: SIGABRT to a stage's python older than $stage_timeout seconds (not the shell DVC may
-  while sleep 5; do   # start it from: that shell's death would end the DAG before python got its signal)
-    for pid in $(pgrep -f "^[^ ]*python[^ ]* -m stages[.]"); do
-      if (( $(ps -o etimes= -p "$pid" || echo 0) > stage_timeout )); then
-        echo "watchdog: $(ps -o args= -p "$pid" | cut -c1-80) still running after ${stage_timeout}s: SIGABRT" >&2
-        kill -ABRT "$pid" 2>/dev/null || true
-      fi
+# stage_pids DIR: the `python -m stages.*` processes working in DIR (this check's own: another checkout's stages on
+# this host work in their folders), read from /proc, since procps may be missing
+stage_pids() {
+  local proc
+  for proc in /proc/[0-9]*; do
+    [[ $proc/cwd -ef $1 ]] &&
+      tr '\0' ' ' 2>/dev/null < "$proc/cmdline" | grep -q '^[^ ]*python[^ ]* -m stages[.]' && echo "${proc#/proc/}"
+  done
+}
+
+# every 5 s while this script runs: SIGABRT to each stage python of this check seen for over $stage_timeout seconds
+# (to python, not the shell DVC may start it from: that shell's death would end the DAG before python got its signal)
+watchdog() {
+  local -A seen=()   # pid: $SECONDS when the watchdog first saw it
+  local pid args
+  while sleep 5 && kill -0 $$ 2>/dev/null; do
+    for pid in $(stage_pids "$scratch"); do
+      seen[$pid]=${seen[$pid]:-$SECONDS}
+      (( SECONDS - seen[$pid] > stage_timeout )) || continue
+      args=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline")
+      echo "watchdog: ${args:0:80} still running after ${stage_timeout}s: SIGABRT" >&2
+      kill -ABRT "$pid" 2>/dev/null
     done
   done
 }
-watchdog 2>> "$out/smoke_dag.log" & watchdog=$!
+if [[ -r /proc/self/cwd ]]; then
+  watchdog 2>> "$out/smoke_dag.log" &
+  trap "kill $! 2>/dev/null" EXIT   # bash runs it on INT and TERM too: no watchdog outlives the check
+else
+  echo "no /proc here: no watchdog, so a stage that hangs hangs the check"
+fi
 
 smoke_dag() {
   "$python" -m dvc repro >> "$out/smoke_dag.log" 2>&1 || {
@@ -148,7 +169,6 @@ several_processes() {   # the smoke cell's 2 steps (train.grpo.steps), one proce
     || { tail -40 "$out/train_processes.log"; echo "see $out/train_processes.log"; return 1; }
 }
 [[ $device == cuda ]] && (( gpus >= 2 )) && run_step "5. train@joint-0-main with train.processes $gpus" several_processes
-kill "$watchdog" 2>/dev/null
 
 echo "== figures"
 "$python" - "$out" "$dag_seconds" "${failed_steps[@]}" <<'PY'

@@ -134,3 +134,28 @@ def test_the_gpu_check_script_parses():
     """benchmarks/gpu_check.sh runs only on a GPU machine (and runs dvc repro); here its syntax is checked."""
     done = subprocess.run(["bash", "-n", "benchmarks/gpu_check.sh"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_gpu_check_watchdog_picks_only_the_stage_processes_of_its_own_scratch_folder(tmp_path):
+    """The watchdog sent SIGABRT to every `python -m stages.*` process of the host (pgrep -f), other checkouts'
+    experiments included; now `stage_pids` picks those working in the check's scratch folder, and only stages."""
+    for folder in ("ours", "theirs"):
+        (tmp_path / folder / "stages").mkdir(parents=True)
+        (tmp_path / folder / "stages" / "__init__.py").write_text("")
+        (tmp_path / folder / "stages" / "wait.py").write_text("import time\ntime.sleep(60)\n")
+    runs = [
+        ("ours", "-m", "stages.wait"),
+        ("theirs", "-m", "stages.wait"),
+        ("ours", "-c", "import time; time.sleep(60)"),
+    ]
+    started = [subprocess.Popen([sys.executable, *args], cwd=tmp_path / folder) for folder, *args in runs]
+    try:
+        script = "source <(sed -n '/^stage_pids() {/,/^}/p' benchmarks/gpu_check.sh) && stage_pids \"$1\""
+        done = subprocess.run(
+            ["bash", "-c", script, "bash", str(tmp_path / "ours")], cwd=REPO, capture_output=True, text=True
+        )
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+    assert done.stdout.split() == [str(started[0].pid)], done.stderr
