@@ -12,8 +12,8 @@
 #   4. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage of this check (one working in its scratch
 #      copy) still running after STAGE_TIMEOUT seconds (default 150) gets SIGABRT, and Python's faulthandler prints
 #      where it stood;
-#   5. when `nvidia-smi -L` lists two GPUs or more, one smoke training cell (train@joint-0-main, 2 steps) again
-#      with train.processes set to their number (the stage relaunches itself under accelerate);
+#   5. when torch sees two GPUs or more (CUDA_VISIBLE_DEVICES applies), one smoke training cell (train@joint-0-main,
+#      2 steps) again with train.processes set to their number (the stage relaunches itself under accelerate);
 # then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/). A failed step is
 # logged and named at the end, and the others still run; the exit status is 1 if any failed.
 #
@@ -162,13 +162,14 @@ start=$(date +%s)
 run_step "4. the smoke DAG on $device" smoke_dag
 dag_seconds=$(( dag_seconds + $(date +%s) - start ))   # the DAG's stages, not the benchmarks between them
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+gpus=0   # as torch counts them, under CUDA_VISIBLE_DEVICES (nvidia-smi -L lists every GPU of the host)
+[[ $device == cuda ]] && gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
 several_processes() {   # the smoke cell's 2 steps (train.grpo.steps), one process per GPU
   set_params params.yaml train.processes="$gpus" &&
     "$python" -m dvc repro --force --single-item train@joint-0-main > "$out/train_processes.log" 2>&1 \
     || { tail -40 "$out/train_processes.log"; echo "see $out/train_processes.log"; return 1; }
 }
-[[ $device == cuda ]] && (( gpus >= 2 )) && run_step "5. train@joint-0-main with train.processes $gpus" several_processes
+(( gpus >= 2 )) && run_step "5. train@joint-0-main with train.processes $gpus" several_processes
 
 echo "== figures"
 "$python" - "$out" "$dag_seconds" "${failed_steps[@]}" <<'PY'
