@@ -15,7 +15,8 @@
 #   5. when torch sees two GPUs or more (CUDA_VISIBLE_DEVICES applies), one smoke training cell (train@joint-0-main,
 #      2 steps) again with train.processes set to their number (the stage relaunches itself under accelerate);
 # then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/). A failed step is
-# logged and named at the end, and the others still run; the exit status is 1 if any failed.
+# logged and named at the end, and the others still run; the exit status is 1 if any failed. The scratch copy's
+# code is the code that runs (PYTHONPATH), not whatever checkout the Python install points at.
 #
 # Needs a CUDA build of torch and the project installed, e.g.
 #   make setup TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
@@ -79,6 +80,7 @@ scratch=$(mktemp -d)
 cp "$repo/dvc.yaml" "$repo/params.yaml" "$scratch/"
 cp -r "$repo/profiles" "$repo/stages" "$repo/flows" "$repo/src" "$scratch/"
 cd "$scratch" || exit 1
+export PYTHONPATH="$scratch/src:$scratch"   # the stages and benchmarks import this copy
 set_params params.yaml profile=smoke harness.device="$device" tracking.uri=sqlite:///mlflow.db
 # DVC wants a git repository; on a machine without git (a bare GPU image) it runs without one
 if command -v git >/dev/null; then git init -q && "$python" -m dvc init -q; else "$python" -m dvc init -q --no-scm; fi
@@ -110,7 +112,8 @@ run_step "2. update throughput" "$python" "$repo/benchmarks/update.py" --params 
   --model "$model" --index index --questions data/train.jsonl --paths old new new_kl_unshared --out "$out/update.json"
 
 vllm_tests() {
-  (cd "$repo" && "$python" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py) > "$out/vllm_tests.log" 2>&1
+  (cd "$repo" && PYTHONPATH="$repo/src:$repo" "$python" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py) \
+    > "$out/vllm_tests.log" 2>&1
   local status=$?
   tail -5 "$out/vllm_tests.log"
   return "$status"
