@@ -14,9 +14,9 @@
 #      where it stood;
 #   5. when torch sees two GPUs or more (CUDA_VISIBLE_DEVICES applies), one smoke training cell (train@joint-0-main,
 #      2 steps) again with train.processes set to their number (the stage relaunches itself under accelerate);
-# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/). A failed step is
-# logged and named at the end, and the others still run; the exit status is 1 if any failed. The scratch copy's
-# code is the code that runs (PYTHONPATH), not whatever checkout the Python install points at.
+# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/, emptied first). A
+# failed step is logged and named at the end, and the others still run; the exit status is 1 if any failed. The
+# scratch copy's code is the code that runs (PYTHONPATH), not whatever checkout the Python install points at.
 #
 # Needs a CUDA build of torch and the project installed, e.g.
 #   make setup TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
@@ -32,8 +32,9 @@ device=${DEVICE:-cuda}
 questions=${N:-16}
 stage_timeout=${STAGE_TIMEOUT:-150}
 out=${OUT:-$repo/benchmarks/results}/gpu_check
-mkdir -p "$out"
-rm -f "$out"/{rollout,update,figures}.json   # a step that fails this time leaves no figures of an earlier run
+die() { echo "gpu_check: $*" >&2; exit 1; }
+# this script's own folder, emptied: a step that fails or is skipped this time leaves nothing of an earlier run
+rm -rf "$out" && mkdir -p "$out" || die "could not empty $out"
 export PATH="$(dirname "$python"):$PATH" PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_LOGGING_LEVEL=WARNING PYTHONFAULTHANDLER=1
 export PREFECT_HOME=$(mktemp -d)   # a private Prefect database: the check leaves the user's alone
 failed_steps=()
@@ -76,14 +77,16 @@ else:
 PY
 
 echo "== scratch checkout (profile smoke, harness.device $device)"
-scratch=$(mktemp -d)
-cp "$repo/dvc.yaml" "$repo/params.yaml" "$scratch/"
-cp -r "$repo/profiles" "$repo/stages" "$repo/flows" "$repo/src" "$scratch/"
-cd "$scratch" || exit 1
+scratch=$(mktemp -d) || die "could not make a scratch folder"
+cp "$repo/dvc.yaml" "$repo/params.yaml" "$scratch/" && cp -r "$repo"/{profiles,stages,flows,src} "$scratch/" \
+  || die "could not copy the checkout into $scratch"
+cd "$scratch" || die "could not enter $scratch"
 export PYTHONPATH="$scratch/src:$scratch"   # the stages and benchmarks import this copy
-set_params params.yaml profile=smoke harness.device="$device" tracking.uri=sqlite:///mlflow.db
+set_params params.yaml profile=smoke harness.device="$device" tracking.uri=sqlite:///mlflow.db \
+  || die "could not set the smoke profile in $scratch/params.yaml (the default DAG would run)"
 # DVC wants a git repository; on a machine without git (a bare GPU image) it runs without one
-if command -v git >/dev/null; then git init -q && "$python" -m dvc init -q; else "$python" -m dvc init -q --no-scm; fi
+if command -v git >/dev/null; then git init -q && "$python" -m dvc init -q; else "$python" -m dvc init -q --no-scm; fi \
+  || die "dvc init failed in $scratch"
 "$python" -m centralrl.plan --check | sed -n '/^preflight/,$p'   # prepare_data stops the DAG if CUDA is missing
 start=$(date +%s)
 first_stages() {
@@ -97,8 +100,10 @@ dag_seconds=$(( $(date +%s) - start ))
 # else the smoke backbone under the smoke profile's.
 model=models/main/backbone backbone=main rollout_params=params.yaml
 if "$python" -c "from centralrl.models.backbone import smollm2_gguf_path; smollm2_gguf_path()" 2>/dev/null; then
-  cp "$repo/params.yaml" params-rollout.yaml
-  set_params params-rollout.yaml harness.device="$device" models.main.dtype="$([[ $device == cuda ]] && echo bfloat16 || echo float32)"
+  cp "$repo/params.yaml" params-rollout.yaml &&
+    set_params params-rollout.yaml harness.device="$device" \
+      models.main.dtype="$([[ $device == cuda ]] && echo bfloat16 || echo float32)" \
+    || die "could not write $scratch/params-rollout.yaml"
   run_step "0. the SmolLM2 backbone" "$python" -m stages.prepare_model --params params-rollout.yaml --backbone main \
     --out models/smollm2 --metrics metrics/smollm2.json && model=models/smollm2 rollout_params=params-rollout.yaml
 fi
