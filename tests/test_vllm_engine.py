@@ -1,11 +1,12 @@
 """The optional vLLM generation engine: config, the clear error without vLLM, the preflight line, the
-conversion of a vLLM completion into the transformers engine's record, and the dtype vLLM serves in. The last test
-needs the gpu extra and a CUDA GPU (skipped elsewhere): it runs the same prompts through both engines on a tiny
-bf16 Qwen2 with adapters."""
+conversion of a vLLM completion into the transformers engine's record, and the dtype vLLM serves in. The last two
+tests need the gpu extra and a CUDA GPU (skipped elsewhere): one runs the same prompts through both engines on a tiny
+bf16 Qwen2 with adapters, the other serves a float32 one with adapters (in bfloat16)."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +23,7 @@ from conftest import write_params
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 FROZEN = {"central": None, "retrieval": None, "conclusion": None, "agent": None}
+ON_GPU = pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs the gpu extra and a CUDA GPU")
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +122,45 @@ def test_a_float32_backbone_with_adapters_is_served_in_bfloat16(tmp_path):
     assert "with adapters it serves" not in "\n".join(plan.plan_lines(bf16, tmp_path))
 
 
-@pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs the gpu extra (vLLM) and a CUDA GPU")
+def tiny_qwen2_with_adapters(folder: Path, dtype: str) -> tuple:
+    """A tiny Qwen2 in `dtype` saved to `folder` (head size 64: one vLLM's attention backends all take), loaded on
+    the GPU with an adapter on central: (model, tokenizer, role adapters)."""
+    from centralrl.config import ModelConfig, TinyQwen2Config, role_adapters
+    from centralrl.models.adapters import attach_adapters
+    from centralrl.models.backbone import prepare_backbone
+
+    tiny = TinyQwen2Config(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
+    prepare_backbone(ModelConfig(source="tiny_qwen2", dtype=dtype, tiny=tiny), folder)
+    model, tokenizer = load_backbone(folder, dtype)
+    adapters = role_adapters(["central"], "per_role")
+    return attach_adapters(model, adapters, LoraConfig(r=8, alpha=16)).to("cuda").eval(), tokenizer, adapters
+
+
+def vllm_policy(model, tokenizer, adapters: dict, folder: Path, memory: float):
+    """The vLLM engine over `model` (saved in `folder`), taking `memory` of the GPU."""
+    from centralrl.config import VllmConfig
+
+    settings = VllmConfig(gpu_memory_utilization=memory, max_model_len=1024, enforce_eager=True)
+    return open_policy(HarnessConfig(engine="vllm", vllm=settings), model, tokenizer, adapters, folder)
+
+
+@ON_GPU
+def test_a_float32_backbone_with_adapters_generates_on_vllm_in_bfloat16(tmp_path):
+    """The float32 backbone with adapters that vLLM's LoRA kernels refuse: the engine serves it in bfloat16, and
+    each role generates, the adapter's and the frozen one (the other GPU test's backbone is bf16 already)."""
+    from centralrl.harness.protocol import PREFILL
+
+    model, tokenizer, adapters = tiny_qwen2_with_adapters(tmp_path / "tiny", "float32")
+    vl = vllm_policy(model, tokenizer, adapters, tmp_path / "tiny", memory=0.2)
+    assert next(model.parameters()).dtype == torch.float32
+    assert vl.llm.llm_engine.model_config.dtype == torch.bfloat16
+    prompt = vl.encode_chat([{"role": "user", "content": "Who directed the film?"}], PREFILL["central"])
+    for role in ("central", "retrieval"):
+        [generation] = vl.generate(role, [prompt], 8, greedy=True)
+        assert generation.completion_ids and len(generation.logprobs) == len(generation.completion_ids)
+
+
+@ON_GPU
 def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
     """Same prompts, greedy, a trained-looking adapter on central and a frozen retrieval role, through both engines,
     on a bfloat16 backbone (vLLM's LoRA kernels take 16-bit weights only), the transformers engine in bfloat16 too.
@@ -132,19 +172,11 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
     and every token vLLM records, greedy or sampled, scored by the HF model on the same ids as that role: its
     log-prob within TOL of vLLM's (log_softmax(logits / temperature), the processed_logprobs semantics the
     trainer relies on) and, greedy, within TOL of the HF argmax's logit (the greedy choice up to a near-tie)."""
-    from centralrl.config import ModelConfig, TinyQwen2Config, VllmConfig
     from centralrl.harness.protocol import PREFILL
-    from centralrl.config import role_adapters
-    from centralrl.models.adapters import acting_as, attach_adapters
-    from centralrl.models.backbone import prepare_backbone
+    from centralrl.models.adapters import acting_as
 
     tol = 0.05  # about 12 bf16 steps at these logits; an adapter not applied moves log-probs by about 0.5
-    folder = tmp_path / "tiny"  # head size 64: one vLLM's attention backends all take
-    tiny = TinyQwen2Config(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
-    prepare_backbone(ModelConfig(source="tiny_qwen2", dtype="bfloat16", tiny=tiny), folder)
-    model, tokenizer = load_backbone(folder, "bfloat16")
-    adapters = role_adapters(["central"], "per_role")
-    model = attach_adapters(model, adapters, LoraConfig(r=8, alpha=16))
+    model, tokenizer, adapters = tiny_qwen2_with_adapters(tmp_path / "tiny", "bfloat16")
 
     def perturb(seed: int) -> None:  # peft starts lora_B at zero (a no-op adapter); make it matter
         generator = torch.Generator().manual_seed(seed)
@@ -163,12 +195,8 @@ def test_vllm_and_transformers_agree_on_greedy_episodes_with_adapters(tmp_path):
         return logits.log_softmax(-1).gather(-1, chosen).squeeze(-1).cpu(), lead.cpu()
 
     perturb(0)
-    model.to("cuda").eval()
     hf = RolePolicy(model, tokenizer, adapters, precision="bfloat16", eval_precision="bfloat16")
-    harness = HarnessConfig(
-        engine="vllm", vllm=VllmConfig(gpu_memory_utilization=0.3, max_model_len=1024, enforce_eager=True)
-    )
-    vl = open_policy(harness, model, tokenizer, adapters, folder)
+    vl = vllm_policy(model, tokenizer, adapters, tmp_path / "tiny", memory=0.3)
     questions = ["Who directed the film?", "Where was the founder born?", "Which city is older?", "Who married whom?"]
     prompts = [hf.encode_chat([{"role": "user", "content": q}], PREFILL["central"]) for q in questions]
 
