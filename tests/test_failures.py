@@ -287,6 +287,25 @@ def test_a_training_file_too_small_for_the_dev_split_is_named():
     assert len(split_dev(questions, DevConfig(questions=2), "data/train.jsonl")[0]) == 1
 
 
+def test_training_questions_sharing_a_hop_with_the_dev_split_are_left_out_and_none_left_is_named():
+    from centralrl.config import DevConfig
+    from centralrl.rl.dev import split_dev
+    from centralrl.schema import Question, SubQuestion
+
+    def asking(qid: str, *hops: str) -> Question:
+        steps = tuple(SubQuestion(hop, "x", ()) for hop in hops)
+        return Question(qid, "Who?", ("x",), "toy", "train", decomposition=steps)
+
+    questions = [asking("a", "Who founded A?"), asking("b", "Who founded A?", "Where was X born?"), asking("c")]
+    dev = DevConfig(questions=1, seed=0)
+    training, held = split_dev(questions, dev)
+    kept = {q.id for q in training}
+    assert len(held) == 1 and held[0].id not in kept and "c" in kept
+    assert ("a" in kept) == ("b" in kept) == (held[0].id == "c")  # a and b share a hop: one held drops the other
+    with pytest.raises(DataError, match=r"data/train\.jsonl: each of its 2 questions outside the dev split"):
+        split_dev(questions[:2] + [asking("d", "Who founded A?")], DevConfig(questions=1), "data/train.jsonl")
+
+
 def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_a_step(tmp_path):
     from centralrl.config import Config
     from centralrl.evaluation import budget_cuts

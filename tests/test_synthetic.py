@@ -180,6 +180,20 @@ def test_no_training_question_asks_a_fact_a_test_question_asks(world):
     assert asked and trained == []
 
 
+def test_no_question_left_to_train_on_asks_a_fact_a_dev_question_asks():
+    """The dev split is drawn from the training file; before, 19 of the default world's 224 other training
+    questions shared a hop with its 16 dev questions, so dev F1 was partly scored on rewarded facts."""
+    from centralrl.config import DevConfig
+    from centralrl.rl.dev import split_dev
+
+    questions = [q for q in generate(SyntheticConfig())[0] if q.split == "train"]
+    training, dev = split_dev(questions, DevConfig())
+    asked = {step.question for q in dev for step in q.decomposition}
+    shared = [q.id for q in training if asked & {step.question for step in q.decomposition}]
+    assert shared == [] and len(dev) == DevConfig().questions
+    assert len(questions) - len(dev) - len(training) == 19  # those that shared a hop, and only those
+
+
 def test_no_chain_passage_after_the_first_names_the_start(world):
     """The spouse's passage names the person: "Where was the spouse of X born?" was found by searching X."""
     questions, passages = world
