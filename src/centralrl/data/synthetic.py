@@ -29,10 +29,11 @@ Where it departs from them:
   the spouse of X born" is found by searching X), and distractor sentences never name an entity within two
   facts (a film's passage naming its company's founder would answer "who founded its production company").
 - Train and test share one world but no fact: no training question asks a fact (a sub-question of its
-  decomposition) that a test question asks, so no test fact is a training target. Answers may still recur (a
-  city is many people's birthplace: 10 of the default's 23 distinct test answers answer other training facts),
-  and a marriage, stated in both passages, is two facts, one per side (the default asks 2 from one side in test
-  and from the other in training).
+  decomposition) that a test question asks, so no test fact is a training target. A fact linking two entities
+  is one fact whichever way it is asked: a marriage from either side, a country's capital and that city's country
+  (one sentence states both; before, the default asked 2 marriages from one side in test and from the other in
+  training). Answers may still recur (a city is many people's birthplace: 10 of the default's 23 distinct test
+  answers answer other training facts).
 - The decomposition of a comparison ends with a step that compares the two found values and needs no passage.
 
 Details: the `n_*` sizes count twins (a `lookalike_fraction` f gives round(f * n / 2) twin pairs per type).
@@ -68,6 +69,7 @@ SIZE_FIELDS = {  # the cfg sizes that add questions of each type, named in the "
 
 Ref = tuple[str, int]  # (kind, index) of an entity
 Value = Ref | int  # a fact's value: an entity or a year
+Fact = frozenset[str] | str  # what a sub-question asks, as train/test disjointness compares it (`_fact`)
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -522,8 +524,9 @@ def generate(cfg: SyntheticConfig) -> tuple[list[Question], list[Passage]]:
     seen: set[str] = set()
     streams = {qtype: _drafts(world, qtype, cfg.seed, texts, seen) for qtype in types}
     test = {qtype: _take(streams[qtype], "test", qtype, cfg) for qtype in types}
-    asked = {step.question for drafts in test.values() for draft in drafts for step in draft.steps}
-    train = {qtype: _take(_asking_none(streams[qtype], asked), "train", qtype, cfg) for qtype in types}
+    named = {alias: entity.passage_id for entity in world.all() for alias in entity.aliases}
+    asked = {_fact(step, named) for drafts in test.values() for draft in drafts for step in draft.steps}
+    train = {qtype: _take(_asking_none(streams[qtype], asked, named), "train", qtype, cfg) for qtype in types}
     questions = [
         _question(qtype, split, i, draft)
         for qtype in types
@@ -925,9 +928,17 @@ def _drafts(world: World, qtype: str, seed: int, texts: dict[str, str], seen: se
             yield draft
 
 
-def _asking_none(drafts: Iterator[Draft], asked: set[str]) -> Iterator[Draft]:
-    """The drafts none of whose sub-questions (one per fact) is in `asked`."""
-    return (draft for draft in drafts if asked.isdisjoint(step.question for step in draft.steps))
+def _asking_none(drafts: Iterator[Draft], asked: set[Fact], named: dict[str, str]) -> Iterator[Draft]:
+    """The drafts none of whose sub-questions asks a fact in `asked`."""
+    return (draft for draft in drafts if asked.isdisjoint(_fact(step, named) for step in draft.steps))
+
+
+def _fact(step: SubQuestion, named: dict[str, str]) -> Fact:
+    """The fact a sub-question asks: the two passages it links when its answer names an entity (`named`: name ->
+    passage), whichever way it is asked ("Who is X married to?" and "Who is Y married to?"; the capital of a
+    country and the country of that city: one sentence states both), else its text (a year, a comparison)."""
+    target = named.get(step.answer)
+    return frozenset((*step.passage_ids, target)) if target and step.passage_ids else step.question
 
 
 def _take(drafts: Iterator[Draft], split: str, qtype: str, cfg: SyntheticConfig) -> list[Draft]:

@@ -9,7 +9,7 @@ other selection (the warm start's questions and each step's draw come from what 
 What is left excludes every training question that asks a sub-question a dev question asks (questions with a
 decomposition: the synthetic world, MuSiQue): the synthetic world keeps its test facts out of training that way
 (README: Data), and a dev question whose hop GRPO was rewarded for would score the training, not the transfer. In
-the default world 19 of the 224 other training questions shared a hop with the 16 dev questions (17 of them
+the default world 15 of the 224 other training questions shared a hop with the 16 dev questions (14 of them
 2-hop). The dev questions are still drawn from the training file, so unlike the test split they may share a hop
 with one another.
 """
