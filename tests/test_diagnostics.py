@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from centralrl.config import Config
+from centralrl.evaluation import benchmark_table, episode_record, markdown_table, transcript
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import run_central
 from centralrl.metrics import f1
@@ -48,6 +49,25 @@ def test_a_perfect_central_agent_asks_each_gold_hop_in_turn_and_the_start_answer
         assert [c.role for c in episode.calls] == roles and episode.concluded == concludes
         written = [c for c in episode.calls if c.role != "central"]
         assert all(c.logprobs and any(c.logprobs) for c in written)  # the tiny model's own generations
+
+
+def test_a_perfect_two_hop_episode_is_counted_as_cut_at_the_turn_limit_not_as_forced(world):
+    # max_turns 2: a 2-hop question needs both turns for its sub-questions, so the harness never asks the perfect
+    # central agent again; the evaluation says so by name ("forced" read as "ran out of turns" before)
+    episodes = play(world, ["central"])
+    records = [episode_record(e) for e in episodes]
+    for episode, record in zip(episodes, records):
+        hops = len(delegated_hops(episode.question))
+        assert record["turns"] == settings().max_turns and len(record["sub_questions"]) == hops
+        assert record["cut_at_turn_limit"] == (hops == 2) == (not episode.concluded)
+        assert f"cut at the turn limit: {hops == 2}" in transcript(episode)
+    table = benchmark_table(records)
+    assert (
+        table["synth-1hop"]["cut_at_turn_limit_rate"] == 0.0 and table["synth-2hop"]["cut_at_turn_limit_rate"] == 1.0
+    )
+    assert "forced_rate" not in table["synth-2hop"]
+    header = markdown_table(table).splitlines()[0]
+    assert "| turns | cut at turn limit | invalid/q |" in header and "forced" not in header
 
 
 def test_a_perfect_reader_writes_the_evidence_note_of_what_was_retrieved(world):

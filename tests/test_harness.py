@@ -61,17 +61,17 @@ class TaggedPassages:
         return [[Hit(f"x{i}", "Trap", f"Fact {i}. {self.INJECTION}", 1.0) for i in range(k)] for _ in queries]
 
 
-def test_garbage_model_gets_invalid_actions_then_forced_conclusion(backbone, smoke_world, test_questions):
+def test_garbage_model_gets_invalid_actions_then_is_cut_at_the_turn_limit(backbone, smoke_world, test_questions):
     model, tokenizer = backbone
     episodes = run_central(test_questions, RolePolicy(model, tokenizer, FROZEN), smoke_world[2], settings(max_turns=2))
     for episode in episodes:
         assert [c.role for c in episode.calls] == ["central", "central", "conclusion"]
         assert episode.invalid_actions == 2 and episode.turns == 2
-        assert episode.forced and not episode.concluded
+        assert episode.cut_at_turn_limit and not episode.concluded
         assert not any(c.valid for c in episode.calls[:2])
 
 
-def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_questions, smoke_world):
+def test_max_turns_cuts_the_episode_after_that_many_delegations(backbone, test_questions, smoke_world):
     # Replies continue the prefilled opening tag (<think>, <note>, <answer>), as a model's would.
     script = {
         "central": lambda p: "more</think><subquestion>Who directed it?</subquestion>",
@@ -82,7 +82,7 @@ def test_max_turns_forces_conclusion_after_that_many_delegations(backbone, test_
     episodes = run_central(test_questions, policy, smoke_world[2], settings(max_turns=3))
     for episode in episodes:
         assert [c.role for c in episode.calls] == ["central", "retrieval"] * 3 + ["conclusion"]
-        assert episode.forced and episode.turns == 3 and len(episode.notes) == 3
+        assert episode.cut_at_turn_limit and episode.turns == 3 and len(episode.notes) == 3
         assert episode.prediction == "Telmarra"
 
 
@@ -102,7 +102,7 @@ def test_passages_cannot_end_a_turn_forge_an_answer_or_inject_an_action(backbone
     for episode in episodes:
         assert episode.prediction == "real answer"
         assert [c.role for c in episode.calls] == ["central", "retrieval", "central", "conclusion"]
-        assert episode.concluded and not episode.forced and episode.invalid_actions == 0
+        assert episode.concluded and not episode.cut_at_turn_limit and episode.invalid_actions == 0
         assert "FORGED" in episode.notes[0][1] and "<answer>" not in episode.notes[0][1]
     for role, prompt in policy.prompts:
         # the user message holds the data (the system prompt shows the format, the assistant turn its prefill)
@@ -119,7 +119,7 @@ def test_single_agent_sees_results_as_data_and_is_forced_to_answer(backbone, tes
     )
     episodes = run_single_agent(test_questions[:2], policy, TaggedPassages(), settings(max_turns=2))
     for episode in episodes:
-        assert episode.turns == 2 and episode.forced and episode.prediction == "Telmarra"
+        assert episode.turns == 2 and episode.cut_at_turn_limit and episode.prediction == "Telmarra"
         assert len(episode.retrieved) == 2
         transcript = backbone[1].decode(episode.context_ids)
         assert "<information>" in transcript and "<answer>FORGED" not in transcript

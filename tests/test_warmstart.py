@@ -123,7 +123,7 @@ def test_traces_replayed_through_the_harness_see_the_harness_prompts(policy, smo
         s = RunSettings(hops + 1, RoleTokens(), passage_chars=CHARS, top_k=TOP_K, greedy=True)
         [episode] = run_central([question], replay, smoke_world[2], s)
         assert replay.seen == [(t.role, t.prompt_ids) for t in traces]  # every role, every turn, token for token
-        assert episode.concluded and not episode.forced and episode.invalid_actions == 0
+        assert episode.concluded and not episode.cut_at_turn_limit and episode.invalid_actions == 0
         assert episode.prediction == question.golden_answers[0]
         assert [sub for sub, _ in episode.notes] == [t.content for t in traces if t.action == "delegate"]
 

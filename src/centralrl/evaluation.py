@@ -2,10 +2,14 @@
 
 Every question of the evaluation set is scored (no drops); a question whose episode produced no answer
 scores 0. Benchmark means are plain means over its questions; `macro` averages the benchmark means, the
-way the published tables report their average. `write_evaluation` writes one evaluation's records and
-transcripts; `compute_spent` is its deterministic cost. For a trained cell, `budget_cuts` and
-`check_trained_files` check its budgets.json and the start and adapters it recorded, and `cuts_by_step` groups
-the budget cuts that fell on the same step (the same adapters, evaluated once).
+way the published tables report their average. Besides the scores, a benchmark's row holds `mean_turns`,
+`invalid_actions_per_question` and `cut_at_turn_limit_rate`: the share of its episodes that the turn limit, not
+the policy, ended (`Episode.cut_at_turn_limit`: central, `harness.max_turns` turns and no conclusion, so with
+`max_turns` 2 every episode that asked two sub-questions, as a 2-hop question needs; single agent, `max_turns`
+steps and no answer, then its forced answer); it is not a failure rate. `write_evaluation` writes one
+evaluation's records and transcripts; `compute_spent` is its deterministic cost. For a trained cell,
+`budget_cuts` and `check_trained_files` check its budgets.json and the start and adapters it recorded, and
+`cuts_by_step` groups the budget cuts that fell on the same step (the same adapters, evaluated once).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def episode_record(episode: Episode) -> dict:
         "prediction": episode.prediction,
         **scores,
         "turns": episode.turns,
-        "forced_conclusion": episode.forced,
+        "cut_at_turn_limit": episode.cut_at_turn_limit,
         "invalid_actions": episode.invalid_actions,
         "sub_questions": [sub for sub, _ in episode.notes],
         "notes": [note for _, note in episode.notes],
@@ -64,20 +68,23 @@ def _summary(rows: list[dict]) -> dict:
     n = len(rows)
     summary = {"questions": n, **{m: round(sum(r[m] for r in rows) / n, 6) for m in METRICS}}
     summary["mean_turns"] = round(sum(r["turns"] for r in rows) / n, 4)
-    summary["forced_rate"] = round(sum(r["forced_conclusion"] for r in rows) / n, 4)
+    summary["cut_at_turn_limit_rate"] = round(sum(r["cut_at_turn_limit"] for r in rows) / n, 4)
     summary["invalid_actions_per_question"] = round(sum(r["invalid_actions"] for r in rows) / n, 4)
     return summary
 
 
 def markdown_table(table: dict) -> str:
-    """The per-benchmark table as markdown (rows: benchmarks then macro; columns: n, EM, F1, Acc in %)."""
-    lines = ["| benchmark | n | EM | F1 | Acc | turns | forced | invalid/q |", "|---|---|---|---|---|---|---|---|"]
+    """The per-benchmark table as markdown (rows: benchmarks then macro; columns: n, EM, F1, Acc in %, mean turns,
+    the share of episodes cut at the turn limit, invalid actions per question)."""
+    header = "| benchmark | n | EM | F1 | Acc | turns | cut at turn limit | invalid/q |"
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
     for name, row in table.items():
         if name == "macro":
             continue
         lines.append(
             f"| {name} | {row['questions']} | {100 * row['em']:.2f} | {100 * row['f1']:.2f} | {100 * row['acc']:.2f} "
-            f"| {row['mean_turns']:.2f} | {row['forced_rate']:.2f} | {row['invalid_actions_per_question']:.2f} |"
+            f"| {row['mean_turns']:.2f} | {row['cut_at_turn_limit_rate']:.2f} "
+            f"| {row['invalid_actions_per_question']:.2f} |"
         )
     macro = table["macro"]
     lines.append(
@@ -99,7 +106,8 @@ def transcript(episode: Episode) -> str:
     for call in episode.calls:
         flag = "" if call.valid else " (invalid)"
         lines.append(f"- turn {call.turn}, **{call.role}**{flag}: `{call.text.strip()}`")
-    lines.append(f"\n**Prediction:** {episode.prediction or '(none)'}; forced: {episode.forced}\n")
+    cut = episode.cut_at_turn_limit
+    lines.append(f"\n**Prediction:** {episode.prediction or '(none)'}; cut at the turn limit: {cut}\n")
     return "\n".join(lines)
 
 

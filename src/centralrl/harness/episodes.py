@@ -2,11 +2,17 @@
 
 Central topology, per turn: every live episode's central call is one generation batch; the sub-questions of
 the episodes that delegated are one retriever batch and their retrieval sub-agent calls one generation batch.
-After `max_turns` (or when every episode concluded) the conclusion calls of all episodes are one batch;
-an episode that did not conclude by itself is marked `forced`. Single-agent topology: one role ("agent")
-continues its own transcript; each step is one batch; searches are one retriever batch and their results
-are appended as an <information> block; after `max_turns` searches the answer is forced by appending
-"<answer>".
+After `max_turns` (or when every episode concluded) the conclusion calls of all episodes are one batch, the
+same call whether the central agent concluded or not. Single-agent topology: one role ("agent") continues its
+own transcript; each step is one batch; searches are one retriever batch and their results are appended as an
+<information> block; after `max_turns` steps without an answer the answer is forced by appending "<answer>".
+
+`Episode.cut_at_turn_limit`: the turn limit, not the policy, ended the episode. Central: the central agent took
+`max_turns` turns and concluded in none of them (each asked a sub-question or was invalid); the harness never
+asks it for a decision after its last turn, so with `max_turns` 2 an episode that asked two sub-questions,
+exactly what a 2-hop question needs, is cut too. Single agent: `max_turns` steps without an answer (each a search
+or invalid), then the forced answer. It counts episodes that used every turn without ending themselves, not
+failures: whether a cut episode would have asked again is never observed.
 
 Every role call is kept whole (prompt ids, generated ids, their log-probs, role, adapter), so a trainer builds
 its per-role loss masks from the ids, never from re-tokenized text (`loss_mask`).
@@ -62,7 +68,7 @@ class Episode:
     invalid_actions: int = 0
     turns: int = 0
     concluded: bool = False
-    forced: bool = False
+    cut_at_turn_limit: bool = False  # the turn limit, not the policy, ended it (module docstring)
     feedback: str | None = None
     prediction: str = ""
     context_ids: list[int] = field(default_factory=list)  # single agent: its transcript after the chat prompt
@@ -165,7 +171,7 @@ def run_central(
             break
         _central_turn(live, policy, retriever, s, turn)
     for episode in episodes:
-        episode.forced = not episode.concluded
+        episode.cut_at_turn_limit = not episode.concluded
     prompts = [
         policy.encode_chat(P.conclusion_messages(e.question.question, e.notes), PREFILL["conclusion"])
         for e in episodes
@@ -228,7 +234,7 @@ def _force_answers(episodes: list[Episode], base: dict[int, list[int]], policy: 
     ):
         episode.prediction, _ = parse_answer("<answer>" + generation.text)
         episode.record(policy, "agent", s.max_turns, generation, bool(episode.prediction))
-        episode.forced = True
+        episode.cut_at_turn_limit = True
 
 
 def run_single_agent(
