@@ -19,11 +19,13 @@ from centralrl.stats import (
     macro_bootstrap_ci,
     macro_mean,
     detectable_difference,
+    differing_questions,
     minimum_detectable_difference,
     paired_difference_ci,
     paired_difference_se,
     paired_permutation_pvalue,
     seed_spread,
+    sign_flip_rejects,
     sign_flip_terms,
     sign_flip_threshold,
     verdict,
@@ -472,6 +474,56 @@ def test_unequal_benchmarks_are_testable_by_their_real_count_where_the_approxima
     result = power(load_config(smoke_params), {0: a}, {0: b}, "f1")
     assert result["effective_questions"] == pytest.approx(3.87, abs=0.005)
     assert result["testable"] is True and result["mde"] is not None and result["detectable"] is False
+
+
+def test_ties_leave_the_observed_sign_flip_test_fewer_patterns_than_the_questions_by_hand():
+    # 12 questions, the arms tie on 9 (both right or both wrong) and a is 100 better on 3: flipping a tie changes
+    # nothing, so only 2^3 patterns are distinct and the exact p is 2 / 8 = 0.25, though 12 questions could reach
+    # 2 / 2^12. The design's count says the test can reject; the differing count says these scores cannot.
+    a, b = {"x": [100.0] * 3 + [100.0] * 4 + [0.0] * 5}, {"x": [0.0] * 3 + [100.0] * 4 + [0.0] * 5}
+    assert differing_questions(a, b) == 3
+    assert paired_permutation_pvalue(a, b, seed=0) == 0.25
+    assert sign_flip_rejects(12) and not sign_flip_rejects(differing_questions(a, b))
+
+
+def test_a_seed_with_too_few_differing_questions_cannot_reject_and_the_report_says_so(smoke_params):
+    # 24 questions (2 x 12). Seed 0: the arms tie on 21, a is 100 better on 3 (smallest p 2 / 2^3 = 0.25); seed 1:
+    # better on 7 (2 / 2^7 = 0.016). The design (any of the 24 may differ) can reject: `testable`; seed 0's scores
+    # cannot, so the verdict rule (every seed's test rejects) could only say "inconclusive" on them
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    def records(better: int) -> list[dict]:
+        return [
+            {"id": f"q{i:02d}", "benchmark": k, "f1": float(12 * j + i < better)}
+            for j, k in enumerate("xy")
+            for i in range(12)
+        ]
+
+    result = power(load_config(smoke_params), {0: records(3), 1: records(7)}, {0: records(0), 1: records(0)}, "f1")
+    assert [result["seeds"][s]["differing"] for s in (0, 1)] == [3, 7]
+    assert [result["seeds"][s]["testable"] for s in (0, 1)] == [False, True]
+    assert result["testable"] is True and result["testable_observed"] is False
+    note = _notes(result)[0]
+    assert "On these scores only an inconclusive verdict could come out" in note
+    assert (
+        "the test of seed 0 (3 of 24 questions differ) cannot, whatever the difference" in note
+        and "seed 1" not in (note.split("On these scores")[1])
+    )
+
+
+def test_few_differing_questions_at_a_small_se_leave_the_published_difference_detectable(smoke_params):
+    # 6000 questions, a 100 better on 5 (the rest tie): this seed's test cannot reject (2 / 2^5 > 0.05), but its
+    # difference, 0.08, has an SE of about sqrt(100^2 x 5 / 6000) / sqrt(6000) = 0.04: a true +2.43 would have
+    # shown on many more questions, so the design's MDE (about 0.1) still says it was detectable
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    a, b = {0: _records([float(i < 5) for i in range(6000)])}, {0: _records([0.0] * 6000)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert result["testable_observed"] is False and result["mde"] < 0.2 and result["detectable"] is True
+    note = _notes(result)[0]
+    assert "could have detected the published +2.43" in note and "seed 0 (5 of 6000 questions differ)" in note
 
 
 def test_arms_that_answer_alike_size_no_test(smoke_params):

@@ -35,6 +35,7 @@ from centralrl.stats import (
     VERDICT_RULE,
     Interval,
     detectable_difference,
+    differing_questions,
     macro_bootstrap_ci,
     macro_mean,
     minimum_detectable_difference,
@@ -187,6 +188,14 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
       `effective_questions` at or below z_{1-alpha/2}^2 (3.84 at alpha 0.05) while the real count is testable
       (1 + 20 questions: 3.81), where the threshold's normal approximation has none (`stats.sign_flip_approximable`):
       then no MDE is computed and `detectable` is None (unknown), though the test can reject.
+      `testable` and every MDE are the design's, for a true difference under which any question may differ;
+      the observed ties are already in them: a zero difference lowers the SE (sum_i v_i^2 = SE^2 + T^2 / m
+      holds with the zeros in it) and `step` is over the nonzero ones. On the observed scores a question both
+      arms tie on flips to itself, so a seed's test has a smallest p-value of 2 / 2^k, k its `differing`
+      questions (`stats.differing_questions`): the seed's `testable` is whether that is at most alpha, and
+      `testable_observed` whether every seed's is (the verdict rule asks every seed's test to reject; if one
+      cannot, only "inconclusive" could come out on these scores). It leaves `detectable` as it is: few
+      differing questions at a small SE say the difference is small, which a true published one would not be.
     - `seeds[s]`: each seed's `difference`, `se` and `mde` (its trained model fixed), and `rule_mde` at power
       `rule_power` = power^(1/S): the verdict rule asks all S seeds' intervals to exclude 0, which independent
       seeds with that power each do together with probability `compare.power` (seeds answering the same
@@ -225,7 +234,7 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
 
     questions = len(next(iter(a.values())))
     effective = sign_flip_terms(*pairs(list(a)))[0]  # the same for every seed: the same benchmarks and sizes
-    testable = sign_flip_rejects(questions, level=c.level)  # on the real count: its smallest p is 2 / 2^questions
+    testable = sign_flip_rejects(questions, level=c.level)  # the design's: any of the questions may differ
 
     def mde(se: float, step: float, **seeds: float) -> float | None:
         terms = {"questions": effective, "count": questions, "step": step, "level": c.level, "power": c.power}
@@ -235,6 +244,8 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
     for seed, (x, y) in groups.items():
         se, step = question_se([seed]), sign_flip_terms([x], [y])[1]
         seeds[seed] = {"difference": macro_mean(x) - macro_mean(y), "se": se, "step": step, "mde": mde(se, step)}
+        seeds[seed]["differing"] = differing_questions(x, y)  # a tie flips to itself: the test's p >= 2 / 2^this
+        seeds[seed]["testable"] = sign_flip_rejects(seeds[seed]["differing"], level=c.level)
     kept = [seed for seed in a if seeds[seed]["se"]]
     se_questions, step = (question_se(kept), sign_flip_terms(*pairs(kept))[1]) if kept else (0.0, 0.0)
     differences = [seeds[seed]["difference"] for seed in kept]
@@ -255,6 +266,7 @@ def power(cfg: Config, a: Mapping[int, Sequence[dict]], b: Mapping[int, Sequence
         "questions": questions,
         "effective_questions": effective,
         "testable": testable,
+        "testable_observed": all(d["testable"] for d in seeds.values()),
         "se": se,
         "se_questions": se_questions,
         "se_seeds": se_seeds,

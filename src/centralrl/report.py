@@ -133,6 +133,7 @@ def power_notes(result: dict) -> list[str]:
                 if claim["verdict"] == "inconclusive":
                     lines.append(
                         f"- {backbone}, {budget}, {NAMES[metric]}: inconclusive; {_detection(claim['power'])}"
+                        + _observed(claim["power"])
                     )
     return lines + [""] if lines else []
 
@@ -192,6 +193,24 @@ def _detection(power: Mapping) -> str:
         f"the seed-averaged difference's minimum detectable difference at {size} is {mde:.2f}, but the verdict rule "
         f"asks every seed's interval to exclude 0, and a seed alone needs {_seed_alone(power, worst)}."
         + _planning(power)
+    )
+
+
+def _observed(power: Mapping) -> str:
+    """A sentence when some seed's sign-flip test could not reject on its observed scores (`compare.power`'s
+    per-seed `testable`: a question both arms tie on flips to itself), though the design's could; else ""."""
+    seeds = {str(seed): d for seed, d in power["seeds"].items()}
+    untestable = [(s, d) for s, d in seeds.items() if not d.get("testable", True)]  # older files: not recorded
+    if not power["testable"] or not untestable:
+        return ""
+    counts = " and ".join(
+        f"seed {s} ({d['differing']} of {power['questions']} questions differ)" for s, d in untestable
+    )
+    return (
+        " On these scores only an inconclusive verdict could come out: the verdict rule asks every seed's "
+        f"sign-flip test to reject no difference at alpha = {power['alpha']:.2f}, and the test of {counts} cannot, "
+        "whatever the difference (a question both arms tie on flips to itself, so its smallest p-value is 2 / "
+        "2^(questions that differ))."
     )
 
 

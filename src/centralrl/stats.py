@@ -12,6 +12,8 @@ seed (`numpy.random.default_rng(seed)`):
   indices for both arms, so the question-to-question variation they share cancels.
 - `paired_permutation_pvalue`: a two-sided sign-flip permutation test of "no difference" on the macro-average
   of per-question differences; exact (all 2**n sign patterns) when that is no more than `permutations`.
+  `differing_questions`: its p-value is at least 2 / 2^k, k the questions whose difference is not 0 (a tie
+  flips to itself), so observed scores with few differing questions cannot reject (`sign_flip_rejects`).
 - `seed_spread` and `verdict`: summarise the same comparison repeated over training seeds (the verdict asks
   every seed's interval and its permutation test).
 - `paired_difference_se` and `minimum_detectable_difference`: the bootstrap standard error of the seed-averaged
@@ -292,6 +294,17 @@ def sign_flip_terms(a: Sequence[Groups], b: Sequence[Groups]) -> tuple[float, fl
     return questions, float(v[v > 0].mean()) if v.any() else 0.0
 
 
+def differing_questions(a: Groups, b: Groups) -> int:
+    """The questions whose paired difference a - b is not 0: the only ones a sign flip moves T by (a tie flips to
+    itself), so the sign-flip test on these scores has at most 2^this distinct patterns and its smallest p-value
+    is 2 / 2^this (`sign_flip_rejects` on it: whether this observed comparison could reject at all).
+
+    >>> differing_questions({"x": [100, 50, 0], "y": [0]}, {"x": [100, 0, 0], "y": [100]})
+    2
+    """
+    return int(sum(np.count_nonzero(d) for d in _paired_differences(a, b).values()))
+
+
 def minimum_detectable_difference(se: float, *, level: float = 0.95, power: float = 0.8) -> float:
     """(z_{1 - alpha/2} + z_power) * se, alpha = 1 - level: the true difference a two-sided test finds with
     probability `power` (normal approximation).
@@ -381,6 +394,8 @@ def sign_flip_threshold(
 def sign_flip_rejects(count: float, *, level: float = 0.95) -> bool:
     """Whether the two-sided sign-flip test over `count` questions can reject "no difference" at alpha = 1 - level
     at all: the most extreme of their 2^count sign patterns has p = 2 / 2^count, which must be at most alpha.
+    With `count` the real number of questions this is the design's answer (any question may differ); on observed
+    scores only the differing ones count (`differing_questions`): 24 questions of which 21 tie cannot reject.
 
     >>> sign_flip_rejects(5), sign_flip_rejects(6)  # 2 / 32 > 0.05 >= 2 / 64
     (False, True)
