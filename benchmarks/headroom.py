@@ -58,7 +58,7 @@ from centralrl.io import write_json
 from centralrl.metrics import em, f1, normalize_answer
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Retriever
-from centralrl.rl.dev import split_dev
+from centralrl.data.split import split_dev
 from centralrl.rl.warmstart import central_plan, delegated_hops, evidence_note
 from centralrl.schema import Question, read_questions
 

@@ -51,7 +51,8 @@ from centralrl.hardware import pick_device
 from centralrl.io import write_json
 from centralrl.report import reward_rise
 from centralrl.retrieval import Retriever, open_retriever
-from centralrl.rl.dev import dev_scores, split_dev
+from centralrl.data.split import split_dev
+from centralrl.rl.dev import dev_scores
 from centralrl.rl.trainer import Trainer
 from centralrl.schema import Question, read_questions
 

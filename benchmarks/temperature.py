@@ -59,7 +59,7 @@ from centralrl.config import load_config
 from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.io import write_json
 from centralrl.retrieval import open_retriever
-from centralrl.rl.dev import split_dev
+from centralrl.data.split import split_dev
 from centralrl.rl.grpo import groups_with_signal
 from centralrl.rl.trainer import episode_rewards
 from centralrl.schema import read_questions

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from centralrl.config import DataConfig, load_config
 from centralrl.data.prepare import collect, counts, source_files
+from centralrl.data.split import training_left
 from centralrl.errors import ConfigError, DataError
 from centralrl.io import atomic_files, pretty_json, write_rows
 from centralrl.plan import preflight
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
             f"only {trained} training questions loaded, but {cfg.training_need()} come to {needed} "
             f"(in {args.params}); add training questions or lower those params"
         )
+    training_left(cfg, dataset.split("train"), f"the training questions of {args.params}")
     with atomic_files(args.train, args.test, args.corpus, args.metrics) as (train, test, corpus, metrics):
         write_rows(train, (q.to_json() for q in dataset.split("train")), args.train)
         write_rows(test, (q.to_json() for q in dataset.split("test")), args.test)

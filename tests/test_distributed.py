@@ -130,7 +130,7 @@ def any_word_dev(train: Path, params: Path, out: Path) -> Path:
     from centralrl.io import write_jsonl
     from centralrl.metrics import normalize_answer
     from centralrl.models.backbone import load_backbone
-    from centralrl.rl.dev import split_dev
+    from centralrl.data.split import split_dev
     from centralrl.schema import read_questions
 
     questions = read_questions(train)
@@ -146,7 +146,8 @@ def dev_alone(params: Path, folder: Path, adapters: Path, train: Path) -> tuple[
     from centralrl.assembly import trained_policy
     from centralrl.config import load_config
     from centralrl.retrieval import open_retriever
-    from centralrl.rl.dev import dev_scores, split_dev
+    from centralrl.data.split import split_dev
+    from centralrl.rl.dev import dev_scores
     from centralrl.schema import read_questions
 
     cfg = load_config(params)

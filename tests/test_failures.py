@@ -278,7 +278,7 @@ def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_star
 
 def test_a_training_file_too_small_for_the_dev_split_is_named():
     from centralrl.config import DevConfig
-    from centralrl.rl.dev import split_dev
+    from centralrl.data.split import split_dev
     from centralrl.schema import Question
 
     questions = [Question(f"q{i}", "Who?", ("x",), "toy", "train") for i in range(3)]
@@ -289,7 +289,7 @@ def test_a_training_file_too_small_for_the_dev_split_is_named():
 
 def test_training_questions_sharing_a_hop_with_the_dev_split_are_left_out_and_none_left_is_named():
     from centralrl.config import DevConfig
-    from centralrl.rl.dev import split_dev
+    from centralrl.data.split import split_dev
     from centralrl.schema import Question, SubQuestion
 
     def asking(qid: str, *hops: str) -> Question:
@@ -304,6 +304,24 @@ def test_training_questions_sharing_a_hop_with_the_dev_split_are_left_out_and_no
     assert ("a" in kept) == ("b" in kept) == (held[0].id == "c")  # a and b share a hop: one held drops the other
     with pytest.raises(DataError, match=r"data/train\.jsonl: each of its 2 questions outside the dev split"):
         split_dev(questions[:2] + [asking("d", "Who founded A?")], DevConfig(questions=1), "data/train.jsonl")
+
+
+def test_questions_sharing_only_a_musique_template_are_not_left_out():
+    """MuSiQue's later hops name the previous answer by a placeholder ("#1 >> country"): before, two questions
+    asking the country of different people shared that text, so the training one was dropped."""
+    from centralrl.config import DevConfig
+    from centralrl.data.split import split_dev
+    from centralrl.schema import Question, SubQuestion
+
+    def musique(qid: str, first: str, answer: str, country: str) -> Question:
+        steps = (SubQuestion(first, answer), SubQuestion("#1 >> country of citizenship", country))
+        return Question(qid, "?", (country,), "musique", "train", decomposition=steps)
+
+    strauss = musique("m1", "Who composed Salome?", "Richard Strauss", "Germany")
+    ibsen = musique("m2", "Who wrote Brand?", "Henrik Ibsen", "Norway")
+    again = musique("m3", "Who wrote Peer Gynt?", "Henrik Ibsen", "Norway")  # asks Ibsen's country too
+    training, dev = split_dev([strauss, ibsen, again], DevConfig(questions=1, seed=0))
+    assert {q.id for q in training} == ({"m1"} if dev[0].id != "m1" else {"m2", "m3"})
 
 
 def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_a_step(tmp_path):

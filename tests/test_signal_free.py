@@ -533,7 +533,7 @@ def test_the_train_stage_draws_every_step_from_its_seeds_pool(smoke_run, tmp_pat
     """The pool reaches the trainer the train stage builds: the arms of a seed share it, steps draw only from
     it, and no dev question is in it."""
     from centralrl.distributed import World
-    from centralrl.rl.dev import split_dev
+    from centralrl.data.split import split_dev
     from centralrl.rl.run import build_trainer
     from centralrl.schema import read_questions
 

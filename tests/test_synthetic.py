@@ -181,7 +181,7 @@ def test_no_training_question_asks_a_fact_a_test_question_asks(world):
 
 
 def test_no_training_question_asks_a_test_fact_the_other_way_round():
-    """A marriage is stated in both spouses' passages, a capital in its city's and its country's: before, the
+    """A marriage is stated in both spouses' passages and asked from either side: before, the
     default world asked "Who is Gelka Bari married to?" in training and her spouse's side of it in test."""
     questions, passages = generate(SyntheticConfig())
     passage_of = {passage.title: passage.id for passage in passages}
@@ -203,7 +203,7 @@ def test_no_question_left_to_train_on_asks_a_fact_a_dev_question_asks():
     """The dev split is drawn from the training file; before, 15 of the default world's 224 other training
     questions shared a hop with its 16 dev questions, so dev F1 was partly scored on rewarded facts."""
     from centralrl.config import DevConfig
-    from centralrl.rl.dev import split_dev
+    from centralrl.data.split import split_dev
 
     questions = [q for q in generate(SyntheticConfig())[0] if q.split == "train"]
     training, dev = split_dev(questions, DevConfig())

@@ -30,9 +30,9 @@ Where it departs from them:
   facts (a film's passage naming its company's founder would answer "who founded its production company").
 - Train and test share one world but no fact: no training question asks a fact (a sub-question of its
   decomposition) that a test question asks, so no test fact is a training target. A fact linking two entities
-  is one fact whichever way it is asked: a marriage from either side, a country's capital and that city's country
-  (one sentence states both; before, the default asked 2 marriages from one side in test and from the other in
-  training). Answers may still recur (a city is many people's birthplace: 10 of the default's 23 distinct test
+  is one fact whichever way it is asked: a marriage, stated in both spouses' passages, from either side (the
+  only fact the world asks both ways; before, the default asked 2 marriages from one side in test and from the
+  other in training). Answers may still recur (a city is many people's birthplace: 10 of the default's 23 distinct test
   answers answer other training facts).
 - The decomposition of a comparison ends with a step that compares the two found values and needs no passage.
 
@@ -935,8 +935,8 @@ def _asking_none(drafts: Iterator[Draft], asked: set[Fact], named: dict[str, str
 
 def _fact(step: SubQuestion, named: dict[str, str]) -> Fact:
     """The fact a sub-question asks: the two passages it links when its answer names an entity (`named`: name ->
-    passage), whichever way it is asked ("Who is X married to?" and "Who is Y married to?"; the capital of a
-    country and the country of that city: one sentence states both), else its text (a year, a comparison)."""
+    passage), whichever way it is asked ("Who is X married to?" and "Who is Y married to?"), else its text (a
+    year, a comparison)."""
     target = named.get(step.answer)
     return frozenset((*step.passage_ids, target)) if target and step.passage_ids else step.question
 

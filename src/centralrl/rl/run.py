@@ -49,7 +49,8 @@ from centralrl.metrics import refuse_empty_answers
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
-from centralrl.rl.dev import dev_keys, dev_scores, split_dev
+from centralrl.data.split import split_dev
+from centralrl.rl.dev import dev_keys, dev_scores
 from centralrl.rl.health import TrainingDiverged, collapse_problem, kl_problem, update_problem
 from centralrl.rl.trainer import Trainer, fixed_pool
 from centralrl.schema import read_questions

@@ -68,7 +68,7 @@ from centralrl.models.adapters import SHARED, attach_adapters, frozen_linears_in
 from centralrl.models.backbone import content_sha256, own_memory, require_prepared
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Hit, Retriever
-from centralrl.rl.dev import split_dev
+from centralrl.data.split import split_dev
 from centralrl.rl.grpo import head_logprobs, lr_multiplier, micro_batches
 from centralrl.rl.health import TrainingDiverged
 from centralrl.schema import Question, SubQuestion, interleave, read_questions

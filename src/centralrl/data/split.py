@@ -1,0 +1,86 @@
+"""The dev split: a fixed sample of the training questions that neither the warm start nor GRPO ever trains on,
+on which the train stage scores the current policy greedily every `train.dev.every` steps (`centralrl.rl.dev`).
+
+It gives learning curves (dev F1 against step and training FLOPs, per arm and seed) and a split to choose
+hyperparameters on without touching the test split. The sample derives from `train.dev.seed` alone, so every
+arm and seed is scored on the same questions, and it is drawn from the training file as a whole before any
+other selection (the warm start's questions and each step's draw come from what is left).
+
+What is left excludes every training question that asks a hop a dev question asks (questions with a
+decomposition: the synthetic world, MuSiQue): a dev question whose hop GRPO was rewarded for would score the
+training, not the transfer. A hop is its sub-question with MuSiQue's placeholders filled in ("#1 >> country"
+names step 1's answer), so two questions that only share a template do not count. In the default world 15 of
+the 224 other training questions shared a hop with the 16 dev questions (14 of them 2-hop; in stop 57's world
+19, 17). Sub-questions are compared as asked: the synthetic world keeps its test split out of training by
+facts, a marriage from either side (`synthetic._fact`), but without the passages this split cannot see that
+"Who is X married to?" and "Who is Y married to?" are one fact (the default's dev seed draws no such pair; some
+other seeds do). The dev questions may share a hop with one another. The data stage checks that enough
+questions are left (`training_left`), so a run does not fail on it after the warm start.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from centralrl.config import Config, DevConfig
+from centralrl.errors import DataError
+from centralrl.schema import Question
+from centralrl.seeding import derive_seed
+
+PLACEHOLDER = re.compile(r"#(\d+)")
+
+
+def hops(question: Question) -> set[str]:
+    """The question's sub-questions, each placeholder "#k" replaced by step k's answer.
+
+    >>> from centralrl.schema import SubQuestion
+    >>> steps = (SubQuestion("Who wrote Brand?", "Henrik Ibsen"), SubQuestion("#1 >> country", "Norway"))
+    >>> sorted(hops(Question("m", "?", ("Norway",), "musique", "train", decomposition=steps)))
+    ['Henrik Ibsen >> country', 'Who wrote Brand?']
+    """
+    answers = [step.answer for step in question.decomposition]
+
+    def answer(match: re.Match) -> str:
+        k = int(match.group(1))
+        return answers[k - 1] if 1 <= k <= len(answers) else match.group(0)
+
+    return {PLACEHOLDER.sub(answer, step.question) for step in question.decomposition}
+
+
+def split_dev(
+    questions: Sequence[Question], dev: DevConfig, source: str = "the training file"
+) -> tuple[list[Question], list[Question]]:
+    """(training questions, dev questions): `dev.questions` of them drawn from `dev.seed`, in file order; the
+    training questions are the others, less those asking a hop a dev question asks. `source` names where the
+    questions came from in the error for too few of them."""
+    if dev.questions >= len(questions):
+        raise DataError(
+            f"{source}: its {len(questions)} questions leave none to train on after train.dev.questions "
+            f"({dev.questions}) are held out"
+        )
+    held = set(random.Random(derive_seed(dev.seed, "dev")).sample(range(len(questions)), dev.questions))
+    dev_questions = [questions[i] for i in sorted(held)]
+    asked = set().union(*map(hops, dev_questions))
+    training = [q for i, q in enumerate(questions) if i not in held and asked.isdisjoint(hops(q))]
+    if not training:
+        raise DataError(
+            f"{source}: each of its {len(questions) - dev.questions} questions outside the dev split "
+            f"(train.dev.questions {dev.questions}) asks a sub-question a dev question asks: none left to train on"
+        )
+    return training, dev_questions
+
+
+def training_left(cfg: Config, questions: Sequence[Question], source: str) -> None:
+    """Refuse training questions that leave a step (or `train.grpo.pool`) too few once the dev split and the
+    questions sharing a hop with it are out: the data stage's check, before hours of warm start."""
+    training, dev = split_dev(questions, cfg.train.dev, source)
+    needed = max(cfg.train.grpo.questions_per_step, cfg.train.grpo.pool)
+    if len(training) < needed:
+        raise DataError(
+            f"{source}: {len(questions)} training questions leave {len(training)} to train on after the dev split "
+            f"(train.dev.questions {len(dev)}) and the {len(questions) - len(dev) - len(training)} sharing a hop "
+            f"with it, but train.grpo.questions_per_step or pool, the larger, is {needed}; add training questions "
+            f"or lower those params"
+        )
