@@ -143,7 +143,7 @@ def test_the_report_says_when_the_sub_agents_did_not_move(smoke_run, moved):
         else:  # B = 0: the same function as the start, so the same bytes out and an exact 0 KL
             assert movement[role]["changed"] == 0 and movement[role]["kl"] == 0.0
 
-    moved_arm = arm_movement(load_config(params).arm("joint"), {0: movement})
+    moved_arm = arm_movement(load_config(params).arm("joint"), {0: movement}, max_kl=2.0)
     result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
     notes = "\n".join(movement_notes(result))
     assert (STATEMENT in notes) == ("conclusion" not in moved)
@@ -165,14 +165,36 @@ def test_the_report_says_central_against_central_only_of_the_seeds_whose_sub_age
         }
 
     seeds = {0: movement({"central": 3}), 1: movement({"central": 3, "conclusion": 2})}
-    moved_arm = arm_movement(load_config(smoke_params).arm("joint"), seeds)
-    assert moved_arm["unmoved_seeds"] == [0] and moved_arm["still_seeds"] == []
+    moved_arm = arm_movement(load_config(smoke_params).arm("joint"), seeds, max_kl=2.0)
+    assert moved_arm["unmoved_seeds"] == [0] and moved_arm["still_seeds"] == [] and moved_arm["past_max_kl"] == []
     result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
     assert movement_notes(result) == [
         "- main, cut, joint: in seed(s) 0 the sub-agents (retrieval, conclusion) did not move; those seeds compare "
         "central against central.",
         "",
     ]
+
+
+def test_the_report_flags_a_final_policy_past_max_kl_which_the_training_guard_never_measures(smoke_params):
+    """The guard measures the policy a step starts from, so the last update's policy is first measured by the
+    evaluate stage: a trained role past `train.health.max_kl` there is named; a frozen one's KL is never checked."""
+    seeds = {
+        seed: {
+            role: {"calls": 10, "changed": 5, "changed_share": 0.5, "kl": kl}
+            for role, kl in zip(JOINT, ({0: (0.1, 2.5, 0.2), 1: (2.0, 0.1, 0.1)}[seed]), strict=True)
+        }
+        for seed in (0, 1)
+    }
+    moved_arm = arm_movement(load_config(smoke_params).arm("joint"), seeds, max_kl=2.0)
+    assert moved_arm["past_max_kl"] == [{"seed": 0, "role": "retrieval", "kl": 2.5}]  # 2.0 is at the limit, not past
+    frozen = arm_movement(load_config(smoke_params).arm("central_only"), seeds, max_kl=2.0)
+    assert frozen["past_max_kl"] == []  # central_only trains only the central agent, at 0.1 and 2.0
+    result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
+    assert movement_notes(result)[0] == (
+        "- **main, cut, joint: seed 0's retrieval agent ended 2.5 nats per token from the start on the test calls, "
+        "past train.health.max_kl**: the training guard measures the policy each measured step starts from, so it "
+        "never saw this one."
+    )
 
 
 def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):

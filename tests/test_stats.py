@@ -526,18 +526,32 @@ def test_few_differing_questions_at_a_small_se_leave_the_published_difference_de
     assert "could have detected the published +2.43" in note and "seed 0 (5 of 6000 questions differ)" in note
 
 
-def test_arms_that_answer_alike_size_no_test(smoke_params):
-    # every paired difference 0: the bootstrap SE is 0, which sizes no test (an MDE of 0 would claim anything is seen)
+def test_arms_that_answer_alike_size_no_test_and_detect_nothing(smoke_params):
+    # every paired difference 0: the bootstrap SE is 0, which sizes no test (an MDE of 0 would claim anything is
+    # seen); every seed's interval is [0, 0], so the published difference cannot come out: not detectable, as
+    # when one seed of several answers alike (above), not "unknown"
     from centralrl.compare import power
     from centralrl.config import load_config
     from centralrl.report import power_notes
 
     same = {seed: [{"id": f"q{i}", "benchmark": "x", "f1": i % 2} for i in range(8)] for seed in (0, 1)}
     result = power(load_config(smoke_params), same, same, "f1")
-    assert (result["se"], result["mde"], result["detectable"]) == (0.0, None, None)
+    assert (result["se"], result["mde"], result["detectable"], result["blocked_seeds"]) == (0.0, None, False, [0, 1])
     claim = {"verdict": "inconclusive", "power": result}
     notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
-    assert "could have detected the published difference is unknown" in notes[0]
+    assert "in seed 0, 1 that is 0 or against the claim: the published difference could not have come out" in notes[0]
+
+
+def test_arms_apart_by_the_same_amount_everywhere_leave_detection_unknown(smoke_params):
+    # every question 1 point better in every seed: SE 0 again, but each interval [1, 1] excludes 0 in the claim's
+    # direction, so the claim could come out; with no SE to size a test, whether it was detectable is unknown
+    from centralrl.compare import power
+    from centralrl.config import load_config
+
+    a = {seed: [{"id": f"q{i}", "benchmark": "x", "f1": 1.0} for i in range(8)] for seed in (0, 1)}
+    b = {seed: [{"id": f"q{i}", "benchmark": "x", "f1": 0.99} for i in range(8)] for seed in (0, 1)}
+    result = power(load_config(smoke_params), a, b, "f1")
+    assert (result["mde"], result["detectable"], result["blocked_seeds"]) == (None, None, [])
 
 
 def test_each_arm_is_compared_with_its_untrained_start(smoke_params):

@@ -328,6 +328,8 @@ def _detectable(
         return None
     if not testable:
         return False  # too few questions for the sign-flip test to reject whatever the difference
+    if blocked:
+        return False  # a seed's interval is its difference alone, and it is 0 or against the claim
     if pooled_mde is None:
         return None
     rule_mdes = [d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None]
@@ -345,10 +347,13 @@ def sub_agent_roles(spec: ArmConfig) -> list[str]:
     return [role for role in delegates if role in spec.trainable_roles]
 
 
-def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
+def arm_movement(spec: ArmConfig, movement: Mapping[int, dict], max_kl: float) -> dict:
     """One arm at one budget: each seed's movement per role (the evaluate stage's), the arm's trained sub-agents,
-    the seeds in which none of them changed a single greedy output (`unmoved_seeds`), and those in which no trained
-    role did (`still_seeds`: there the arm is its untrained start, e.g. no step had a group whose rewards differ)."""
+    the seeds in which none of them changed a single greedy output (`unmoved_seeds`), those in which no trained
+    role did (`still_seeds`: there the arm is its untrained start, e.g. no step had a group whose rewards differ),
+    and the trained roles whose KL to the start on the test calls passed `max_kl` (`past_max_kl`: seed, role, kl).
+    The training guard (`rl.health`) measures the policy each measured step starts from, never the one the last
+    update made; this is where that policy's KL is seen."""
     subs, trained = sub_agent_roles(spec), spec.trainable_roles
     return {
         "seeds": dict(movement),
@@ -356,6 +361,12 @@ def arm_movement(spec: ArmConfig, movement: Mapping[int, dict]) -> dict:
         "sub_agents": subs,
         "unmoved_seeds": _seeds_unchanged(movement, subs),
         "still_seeds": _seeds_unchanged(movement, trained),
+        "past_max_kl": [
+            {"seed": seed, "role": role, "kl": moved[role]["kl"]}
+            for seed, moved in movement.items()
+            for role in trained
+            if (moved[role]["kl"] or 0.0) > max_kl
+        ],
     }
 
 
@@ -429,7 +440,7 @@ def budget_comparison(
             ),
             "power": power(cfg, records[first], records[second], metric),
         }
-    moved = {arm: arm_movement(cfg.arm(arm), movement[arm]) for arm in cfg.arms}
+    moved = {arm: arm_movement(cfg.arm(arm), movement[arm], cfg.train.health.max_kl) for arm in cfg.arms}
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
 
 

@@ -167,6 +167,13 @@ def _detection(power: Mapping) -> str:
             f"{power['questions']} questions can reject: its smallest p-value is 2 / 2^{power['questions']}); "
             "whether this experiment could have detected the published difference is unknown." + _planning(power)
         )
+    if mde is None and power["blocked_seeds"]:
+        return (
+            "the arms' differences have no spread over the questions in any seed (they answered every question alike "
+            "or apart by the same amount), so each seed's interval is its difference alone, and in seed "
+            f"{', '.join(map(str, power['blocked_seeds']))} that is 0 or against the claim: the published "
+            "difference could not have come out, and no difference was detectable."
+        )
     if mde is None:
         return (
             "the seed-averaged differences have no spread over the questions, so the bootstrap gives no standard "
@@ -256,12 +263,19 @@ def _planning(power: Mapping) -> str:
 
 
 def movement_notes(result: dict) -> list[str]:
-    """A sentence per arm and budget that did not move at all in some seed, and per arm and budget whose trained
-    sub-agents changed no greedy output in some seed."""
+    """A sentence per arm and budget that did not move at all in some seed, per arm and budget whose trained
+    sub-agents changed no greedy output in some seed, and per trained role whose KL to the start passed
+    `train.health.max_kl` (the policy the last update made, which the training guard never measures)."""
     lines = []
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
             for arm, moved in cut["movement"].items():
+                lines += [
+                    f"- **{backbone}, {budget}, {arm}: seed {past['seed']}'s {past['role']} agent ended "
+                    f"{past['kl']:.3g} nats per token from the start on the test calls, past train.health.max_kl**: "
+                    "the training guard measures the policy each measured step starts from, so it never saw this one."
+                    for past in moved["past_max_kl"]
+                ]
                 if moved["still_seeds"]:
                     lines.append(
                         f"- {backbone}, {budget}, {arm}: in seed(s) {', '.join(map(str, moved['still_seeds']))} no "

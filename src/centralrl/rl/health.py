@@ -33,7 +33,9 @@ the reference forward is skipped, except every `train.health.kl_every` steps, wh
 measures the KL for this guard (a step without it has no "kl" metric, and only the finiteness monitors run).
 The policy a run ends with is never measured: the last step's KL is that of the policy it started from (after
 step `steps` - 1), and measuring the one its update made would take another rollout, so the last update can pass
-`max_kl` unseen (the finiteness monitors still see its loss and grad norm). Likewise a budget's cut (the adapters
+`max_kl` unseen here (the finiteness monitors still see its loss and grad norm); the evaluate stage measures
+each trained role's KL to the start on the test calls, and the report names a role past `max_kl` there
+(`compare.arm_movement`). Likewise a budget's cut (the adapters
 after step b) is measured only when step b + 1 measures the KL, and a run ends at its last cut.
 
 The KL guard cannot see a policy that collapsed to answers that are always wrong: every group then has equal
