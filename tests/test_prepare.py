@@ -109,20 +109,20 @@ def test_fewer_training_questions_than_a_run_needs_are_refused_before_any_output
 
 def test_a_pool_larger_than_what_the_dev_split_leaves_is_refused_before_any_output(tmp_path, monkeypatch):
     """The config counts the dev split's questions, not the training questions sharing a hop with them (the
-    smoke world: 36, 3 dev, 3 sharing a hop): a pool of 31 passed it and failed at the train stage."""
+    smoke world: 36, 3 dev, 2 sharing a hop): a pool of 32 passed it and failed at the train stage."""
     from conftest import write_params
     from stages.prepare_data import main
 
-    params = write_params(tmp_path, {"train": {"grpo": {"pool": 31}}})
+    params = write_params(tmp_path, {"train": {"grpo": {"pool": 32}}})
     monkeypatch.chdir(tmp_path)
     outputs = ["--train", "o/t.jsonl", "--test", "o/e.jsonl", "--corpus", "o/c.jsonl", "--metrics", "o/d.json"]
     with pytest.raises(
         DataError,
-        match=r"36 training questions leave 30 to train on after the dev split \(train\.dev"
-        r"\.questions 3\) and the 3 sharing a hop with it, but .* is 31",
+        match=r"36 training questions leave 31 to train on after the dev split \(train\.dev"
+        r"\.questions 3\) and the 2 sharing a hop with it, but .* is 32",
     ):
         main(["--params", str(params), *outputs])
     assert not (tmp_path / "o").exists()
-    write_params(tmp_path, {"train": {"grpo": {"pool": 30}}})
+    write_params(tmp_path, {"train": {"grpo": {"pool": 31}}})
     main(["--params", str(params), *outputs])
     assert (tmp_path / "o" / "t.jsonl").is_file()

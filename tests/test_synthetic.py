@@ -210,7 +210,24 @@ def test_no_question_left_to_train_on_asks_a_fact_a_dev_question_asks():
     asked = {step.question for q in dev for step in q.decomposition}
     shared = [q.id for q in training if asked & {step.question for step in q.decomposition}]
     assert shared == [] and len(dev) == DevConfig().questions
-    assert len(questions) - len(dev) - len(training) == 15  # those that shared a hop, and only those
+    assert len(questions) - len(dev) - len(training) == 13  # those that shared a hop, and only those
+
+
+def test_the_dev_split_holds_each_question_type_as_the_test_split_does():
+    """Drawn at random the default's 16 dev questions were 6 one-hop and 10 two-hop (the test split: 12 and 12),
+    so pooled dev F1 weighed 2-hop questions more than the test split's macro F1 does."""
+    from collections import Counter
+
+    from centralrl.config import DevConfig
+    from centralrl.data.split import split_dev
+
+    questions = [q for q in generate(SyntheticConfig())[0] if q.split == "train"]
+    count = {
+        sampling: Counter(q.benchmark for q in split_dev(questions, DevConfig(sampling=sampling))[1])
+        for sampling in ("stratified", "uniform")
+    }
+    assert count["stratified"] == {"synth-1hop": 8, "synth-2hop": 8}
+    assert count["uniform"] == {"synth-1hop": 6, "synth-2hop": 10}
 
 
 def test_no_chain_passage_after_the_first_names_the_start(world):

@@ -827,6 +827,11 @@ class DevConfig(Section):
     questions: int = Field(16, ge=0, description="training questions held out as the dev split (0: none)")
     every: int = Field(4, ge=1, description="score the dev split after every N steps (and at the start and end)")
     seed: Seed = Field(0, description="seed of the dev sample: every arm and seed is scored on the same questions")
+    sampling: Literal["stratified", "uniform"] = Field(
+        "stratified",
+        description="stratified: as many questions of each benchmark as the others (round-robin, as steps draw), "
+        "so dev F1 weighs the question types as the test split's macro F1 does; uniform: at random",
+    )
 
 
 class TrainConfig(Section):

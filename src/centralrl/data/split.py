@@ -1,5 +1,8 @@
 """The dev split: a fixed sample of the training questions that neither the warm start nor GRPO ever trains on,
 on which the train stage scores the current policy greedily every `train.dev.every` steps (`centralrl.rl.dev`).
+By default it is stratified (`train.dev.sampling`): each benchmark gives as many questions as the others, so its
+pooled F1 weighs the question types as the test split's macro F1 does (drawn at random, the default world's 16
+held 6 one-hop and 10 two-hop questions, the test split 12 and 12).
 
 It gives learning curves (dev F1 against step and training FLOPs, per arm and seed) and a split to choose
 hyperparameters on without touching the test split. The sample derives from `train.dev.seed` alone, so every
@@ -9,19 +12,20 @@ other selection (the warm start's questions and each step's draw come from what 
 What is left excludes every training question that asks a hop a dev question asks (questions with a
 decomposition: the synthetic world, MuSiQue): a dev question whose hop GRPO was rewarded for would score the
 training, not the transfer. A hop is its sub-question with MuSiQue's placeholders filled in ("#1 >> country"
-names step 1's answer), so two questions that only share a template do not count. In the default world 15 of
-the 224 other training questions shared a hop with the 16 dev questions (14 of them 2-hop; in stop 57's world
-19, 17). Sub-questions are compared as asked: the synthetic world keeps its test split out of training by
-facts, a marriage from either side (`synthetic._fact`), but without the passages this split cannot see that
-"Who is X married to?" and "Who is Y married to?" are one fact (the default's dev seed draws no such pair; some
-other seeds do). The dev questions may share a hop with one another. The data stage checks that enough
-questions are left (`training_left`), so a run does not fail on it after the warm start.
+names step 1's answer), so two questions that only share a template do not count. In the default world 13 of
+the 224 other training questions share a hop with the 16 dev questions, all 2-hop (drawn at random: 15, 14 of them
+2-hop; in stop 57's world 19, 17). Sub-questions are compared as asked: the synthetic world keeps its test
+split out of training by facts, a marriage from either side (`synthetic._fact`), but without the passages this
+split cannot see that "Who is X married to?" and "Who is Y married to?" are one fact (the default's dev seed
+draws no such pair; some other seeds do). The dev questions may share a hop with one another. The data stage
+checks that enough questions are left (`training_left`), so a run does not fail on it after the warm start.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from itertools import zip_longest
 from collections.abc import Sequence
 
 from centralrl.config import Config, DevConfig
@@ -60,7 +64,7 @@ def split_dev(
             f"{source}: its {len(questions)} questions leave none to train on after train.dev.questions "
             f"({dev.questions}) are held out"
         )
-    held = set(random.Random(derive_seed(dev.seed, "dev")).sample(range(len(questions)), dev.questions))
+    held = _held(questions, dev)
     dev_questions = [questions[i] for i in sorted(held)]
     asked = set().union(*map(hops, dev_questions))
     training = [q for i, q in enumerate(questions) if i not in held and asked.isdisjoint(hops(q))]
@@ -70,6 +74,20 @@ def split_dev(
             f"(train.dev.questions {dev.questions}) asks a sub-question a dev question asks: none left to train on"
         )
     return training, dev_questions
+
+
+def _held(questions: Sequence[Question], dev: DevConfig) -> set[int]:
+    """The positions of the dev questions: `dev.questions` of them, drawn from `dev.seed`; stratified, the
+    shuffled questions dealt round-robin over their benchmarks (as `train.grpo.question_sampling` deals a step),
+    so each benchmark gives as many as the others while it has questions left."""
+    rng = random.Random(derive_seed(dev.seed, "dev"))
+    if dev.sampling == "uniform":
+        return set(rng.sample(range(len(questions)), dev.questions))
+    by_benchmark: dict[str, list[int]] = {}
+    for i in rng.sample(range(len(questions)), len(questions)):
+        by_benchmark.setdefault(questions[i].benchmark, []).append(i)
+    dealt = [i for group in zip_longest(*by_benchmark.values()) for i in group if i is not None]
+    return set(dealt[: dev.questions])
 
 
 def training_left(cfg: Config, questions: Sequence[Question], source: str) -> None:
