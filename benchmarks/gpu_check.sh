@@ -25,6 +25,11 @@
 #   PYTHON=.venv/bin/python benchmarks/gpu_check.sh
 # DEVICE=cpu N=4 runs the same steps on CPU, to try the script on a machine without a GPU.
 set -uo pipefail   # no -e: a failed step is recorded (run_step) and the next one runs
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;   # the header above, as usage
+  "") ;;
+  *) echo "gpu_check: takes no arguments (settings are environment variables: see --help), got: $*" >&2; exit 2 ;;
+esac
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=$(command -v "${PYTHON:-python}")

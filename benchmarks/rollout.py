@@ -3,7 +3,7 @@
 generation engines (transformers, vLLM) side by side; or today's transformers engine against the one before
 issue 12 (--old-vs-new).
 
-    python benchmarks/rollout.py --model models/backbone --index index --questions data/test.jsonl --n 16
+    python benchmarks/rollout.py --model models/main/backbone --index index --questions data/test.jsonl --n 16
     python benchmarks/rollout.py ... --engine vllm          # the same figures with vLLM generating
     python benchmarks/rollout.py ... --compare-engines      # transformers and vLLM, same questions, one process
     python benchmarks/rollout.py --old-vs-new --model models/main/backbone --questions data/train.jsonl \\
@@ -99,8 +99,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=count, help="--old-vs-new: rollout batches per engine (default 4)")
     parser.add_argument("--questions-per-step", type=count, help="--old-vs-new: questions per batch (default 2)")
     parser.add_argument("--group-size", type=count, help="--old-vs-new: samples per question (default 4)")
-    parser.add_argument("--eval-questions", help="--old-vs-new: greedy questions (default data/test.jsonl)")
-    parser.add_argument("--n-eval", type=count, help="--old-vs-new: greedy questions (taken evenly; default 16)")
+    parser.add_argument(
+        "--eval-questions", help="--old-vs-new: the file of the greedy evaluation questions (default data/test.jsonl)"
+    )
+    parser.add_argument(
+        "--n-eval", type=count, help="--old-vs-new: how many of them to evaluate (taken evenly; default 16)"
+    )
     parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
     parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
     return with_mode_defaults(parser, parser.parse_args(argv))

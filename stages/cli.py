@@ -135,7 +135,9 @@ def stage_parser(doc: str) -> StageParser:
     parser = StageParser(
         description=first, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (its profile overlay is applied; default params.yaml)"
+    )
     return parser
 
 

@@ -18,7 +18,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--reference", help="a key of `references`: evaluate the untrained harness")
     who.add_argument("--arm", help="a key of `arms`: evaluate every budget cut of its training (with --seed)")
-    parser.add_argument("--seed", type=int, help="with --arm: the training seed")
+    parser.add_argument("--seed", type=int, help="with --arm: the training seed (one of `seeds`)")
     parser.add_argument(
         "--adapters", type=InputPath, help="with --arm: input, the cell's adapters, one folder per budget (train)"
     )

@@ -2,7 +2,8 @@
 start).
 
 With `warmstart.enabled`, the first `warmstart.questions` training questions that have a decomposition (taken
-round-robin over benchmarks; the synthetic world and MuSiQue provide decompositions) become oracle traces:
+round-robin over benchmarks; the synthetic world and MuSiQue provide decompositions), once the dev split and the
+questions sharing a hop with it are held out (`train.dev`, centralrl.data.split), become oracle traces:
 the role calls a perfect harness makes, with the harness's own prompts and the passages the index returns.
 One LoRA adapter shared by all roles is trained on the traces' target tokens and merged into the weights;
 the merged model and tokenizer are written to --out in the backbone layout (load_backbone reads it).

@@ -136,6 +136,20 @@ def test_the_gpu_check_script_parses():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_gpu_check_answers_help_without_emptying_its_results_or_starting(tmp_path):
+    """`--help` ran the check: it emptied its results folder, then started the 10-minute run on a GPU machine."""
+    env = {**os.environ, "OUT": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--help"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith("The GPU check: on a CUDA machine")
+    assert "DEVICE=cpu N=4 runs the same steps on CPU" in done.stdout and not (tmp_path / "gpu_check").exists()
+    wrong = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "now"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert wrong.returncode == 2 and "takes no arguments" in wrong.stderr and not (tmp_path / "gpu_check").exists()
+
+
 def test_the_gpu_check_watchdog_picks_only_the_stage_processes_of_its_own_scratch_folder(tmp_path):
     """The watchdog sent SIGABRT to every `python -m stages.*` process of the host (pgrep -f), other checkouts'
     experiments included; now `stage_pids` picks those working in the check's scratch folder, and only stages."""

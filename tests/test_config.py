@@ -186,6 +186,11 @@ A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question fi
             r"data\.synthetic\.question_types: List should have at least 1 item",
         ),
         ({"arms": {"joint": {"trainable_roles": ["central", "central"]}}}, r"trainable_roles: central listed more"),
+        # a rule across sections was reported at '<top level>'
+        (
+            {"budgets": {"cut": {"steps": 80}}},
+            r"\n  across sections: budgets \{'cut': 80\} \(steps\) exceed train\.grpo",
+        ),
         # these three were reported at '<top level>', without the value
         ({"seeds": [0, 1, 0]}, r"\n  seeds: 0 listed more than once \(got \[0, 1, 0\]\)"),
         ({"backbones": ["mian"]}, r"\n  backbones: \['mian'\] are not entries of models \(known: main\) \(got"),

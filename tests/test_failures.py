@@ -595,6 +595,18 @@ def test_a_file_given_as_the_state_folder_is_refused_before_any_step(tmp_path):
         train_cell(str(params), "joint", 0, "main", *(str(tmp_path / n) for n in names), "stages/train.py")
 
 
+def test_a_missing_index_stops_training_naming_the_stage_that_builds_it(tmp_path):
+    """Training hashed its inputs first, so a missing index was a bare "No such file or directory"; the stages
+    that open the index said which stage writes it."""
+    from centralrl.errors import RetrievalError
+    from centralrl.rl.run import train_cell
+
+    params = write_params(tmp_path)
+    names = ("model", "index", "train", "adapters", "budgets", "state", "history", "metrics")
+    with pytest.raises(RetrievalError, match=r"index: no index manifest \(run `dvc repro build_index` first\)"):
+        train_cell(str(params), "joint", 0, "main", *(str(tmp_path / n) for n in names), "stages/train.py")
+
+
 def test_a_missing_input_is_one_line_naming_it(stage):
     done = run(["tiny_stage.py", "missing", str(stage / "nowhere.jsonl")], stage)
     assert (done.returncode, done.stderr) == (

@@ -1218,7 +1218,7 @@ def _format(error: ValidationError, layers: list[tuple[str, dict]], profile: obj
         else:
             message = f"{item['msg'].removeprefix('Value error, ')} (got {redact(repr(item['input']))})"
             message += _number_as_text_hint(item["input"])
-        lines.append((dotted or "<top level>", _origins(layers, loc), message))
+        lines.append((dotted or "across sections", _origins(layers, loc), message))  # a rule naming its fields
     named = [name for name, _ in layers if any(name in origins for _, origins, _ in lines)]
     if len(named) == 1:
         return f"invalid params in {named[0]} (profile {profile}):\n" + "\n".join(f"  {d}: {m}" for d, _, m in lines)

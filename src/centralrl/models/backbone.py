@@ -97,7 +97,8 @@ def require_prepared(model_dir: Path) -> None:
     if missing:
         raise BackboneError(
             f"{model_dir}: not a prepared backbone (missing {missing}); build it with the prepare_model stage"
-            " (python -m stages.prepare_model --out DIR)"
+            " (python -m stages.prepare_model --out DIR), or a warm-started start (models/<backbone>/start) with"
+            " the warmstart stage (dvc repro warmstart)"
         )
 
 

@@ -132,13 +132,18 @@ def _refuse_mismatch(manifest: dict, wanted: dict, directory: Path, source: str 
         raise RetrievalError(f"{directory}: index was built with {built}, {source} {asked}; rebuild it")
 
 
+def require_index(directory: Path) -> Path:
+    """The index manifest in `directory`; a missing one names the stage that writes it."""
+    if not (directory / MANIFEST).is_file():
+        raise RetrievalError(f"{directory}: no index manifest (run `dvc repro build_index` first)")
+    return directory / MANIFEST
+
+
 def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Path | None = None) -> Retriever:
     """The retriever that `build_index` left in `directory`. Refuses an index built with other settings, and,
     when `corpus` (the corpus file) is given, one built over other passages."""
     directory = Path(directory)
-    if not (directory / MANIFEST).is_file():
-        raise RetrievalError(f"{directory}: no index manifest (run `dvc repro build_index` first)")
-    manifest = read_json(directory / MANIFEST)
+    manifest = read_json(require_index(directory))
     if not isinstance(manifest, dict):
         raise RetrievalError(f"{directory / MANIFEST}: not an index manifest (a JSON object); rebuild the index")
     _refuse_mismatch(manifest, {"backend": cfg.backend, **index_settings(cfg)}, directory)

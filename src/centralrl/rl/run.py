@@ -47,7 +47,7 @@ from centralrl.harness.episodes import Episode
 from centralrl.io import atomic_directory, pretty_json, read_json, write_json, write_jsonl
 from centralrl.metrics import refuse_empty_answers
 from centralrl.models.backbone import content_sha256
-from centralrl.retrieval import open_retriever
+from centralrl.retrieval import open_retriever, require_index
 from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
 from centralrl.data.split import split_dev
 from centralrl.rl.dev import dev_keys, dev_scores
@@ -390,6 +390,7 @@ def train_cell(
     state = Path(state_dir)
     if state.exists() and not state.is_dir():  # found at the first save, after a step's work
         raise OutputError(f"--state {state}: a file, not a folder for the training states")
+    require_index(Path(index_dir))  # before hashing it: a missing index names the stage that builds it
     inputs, code = input_hashes([Path(model_dir), Path(index_dir), Path(train_path)]), code_sha256(Path(entry))
     key = fingerprint(cfg, arm, seed, backbone, inputs, code)
     memo = None
