@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from centralrl.errors import RetrievalError
 from centralrl.io import read_json, write_json, write_jsonl
 from centralrl.retrieval.base import Hit, corpus_sha256
 from centralrl.schema import Passage, read_passages
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG: "Building index from IDs objects" in logs
 
 PASSAGES_FILE = "passages.jsonl"
 SETTINGS_FILE = "centralrl_index.json"
