@@ -108,3 +108,27 @@ def test_a_claim_whose_arms_were_not_published_prints_no_published_difference(tm
     table = "\n".join(verdict_section(result))
     assert "| main | equal_steps (steps 2) | F1 | 40 x 2 | 50.00 | 25.00 | s0: 25.00 [" in table
     assert all(line.endswith("| - |") for line in table.splitlines() if line.startswith("| main |"))
+
+
+def test_a_cell_that_ended_short_of_its_budget_is_named_beside_the_verdict():
+    """Stop 59's joint seed 1 trained 5 of its 8 equal steps (5 of 10 rollout batches had no informative group):
+    the spending table said "no", but the verdict compared it as if at equal steps."""
+    from centralrl.report import shortfall_notes
+
+    def cell(reached: bool, steps: float) -> dict:
+        spent = {"steps": steps, "trained_tokens": 4160.0, "flops": 4.7e13}
+        return {"budget": {"steps": 8}, "reached": reached, "spent": spent, "step": 10}
+
+    arms = {
+        "central_only": {"seeds": {0: cell(True, 8.0)}},
+        "joint": {"seeds": {0: cell(True, 8.0), 1: cell(False, 5.0)}},
+    }
+    result = {"backbones": {"main": {"budgets": {"equal_steps": {"arms": arms}}}}}
+    assert shortfall_notes(result) == [
+        "- **main, equal_steps: joint seed 1 ended short of the budget** (steps 5 of steps 8, at rollout batch 10, "
+        "the run's last): batches whose groups all had equal rewards trained nothing, so this seed compares at less "
+        "than the budget.",
+        "",
+    ]
+    arms["joint"]["seeds"][1] = cell(True, 8.0)
+    assert shortfall_notes(result) == []

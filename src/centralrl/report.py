@@ -98,8 +98,27 @@ def verdict_section(result: dict) -> list[str]:
         "",
         *power_notes(result),
         *movement_notes(result),
+        *shortfall_notes(result),
     ]
     return lines
+
+
+def shortfall_notes(result: dict) -> list[str]:
+    """A sentence per cell that ended before its budget: it enters the comparison at that budget with less."""
+    lines = []
+    for backbone, bb in result["backbones"].items():
+        for budget, cut in bb["budgets"].items():
+            for arm, row in cut["arms"].items():
+                for seed, cell in row["seeds"].items():
+                    if not cell["reached"]:
+                        spent = ", ".join(f"{unit} {cell['spent'][unit]:,.0f}" for unit in cell["budget"])
+                        asked = ", ".join(f"{unit} {limit:,}" for unit, limit in cell["budget"].items())
+                        lines.append(
+                            f"- **{backbone}, {budget}: {arm} seed {seed} ended short of the budget** ({spent} of "
+                            f"{asked}, at rollout batch {cell['step']}, the run's last): batches whose groups all "
+                            "had equal rewards trained nothing, so this seed compares at less than the budget."
+                        )
+    return lines + [""] if lines else []
 
 
 def _published(metric: str, first: str, second: str, difference: float | None) -> str:
