@@ -15,7 +15,7 @@
 #      where it stood;
 #   5. when torch sees two GPUs or more (CUDA_VISIBLE_DEVICES applies), one smoke training cell (train@joint-0-main,
 #      2 steps) again with train.processes set to their number (the stage relaunches itself under accelerate);
-# then prints the figures and writes them under $OUT (default benchmarks/results/gpu_check/, emptied first). A
+# then prints the figures and writes them under $OUT/gpu_check/ ($OUT: benchmarks/results by default; emptied first). A
 # failed step is logged and named at the end, and the others still run; the exit status is 1 if any failed. The
 # scratch copy's code is the code that runs (PYTHONPATH), not whatever checkout the Python install points at.
 #
@@ -25,11 +25,11 @@
 #   PYTHON=.venv/bin/python benchmarks/gpu_check.sh
 # DEVICE=cpu N=4 runs the same steps on CPU, to try the script on a machine without a GPU.
 set -uo pipefail   # no -e: a failed step is recorded (run_step) and the next one runs
-case "${1:-}" in
-  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;   # the header above, as usage
-  "") ;;
-  *) echo "gpu_check: takes no arguments (settings are environment variables: see --help), got: $*" >&2; exit 2 ;;
-esac
+if [ $# -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; then
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0   # the header above, as usage
+elif [ $# -gt 0 ]; then
+  echo "gpu_check: takes no arguments (settings are environment variables: see --help), got: $*" >&2; exit 2
+fi
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 python=$(command -v "${PYTHON:-python}")

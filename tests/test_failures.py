@@ -287,6 +287,21 @@ def test_a_training_file_too_small_for_the_dev_split_is_named():
     assert len(split_dev(questions, DevConfig(questions=2), "data/train.jsonl")[0]) == 1
 
 
+def test_a_benchmark_the_dev_split_takes_whole_is_named_before_training(tmp_path):
+    """Stratified, the dev split deals round-robin over benchmarks, so a small benchmark can go to it whole (3
+    two-hop questions beside 50 one-hop ones): training then never saw that benchmark, in silence."""
+    from centralrl.config import load_config
+    from centralrl.data.split import training_left
+    from centralrl.schema import Question
+
+    questions = [Question(f"a{i}", f"Who is a{i}?", ("x",), "big", "train") for i in range(50)]
+    questions += [Question(f"b{i}", f"Who is b{i}?", ("x",), "small", "train") for i in range(3)]
+    cfg = load_config(write_params(tmp_path, {"train": {"dev": {"questions": 6}}}))
+    with pytest.raises(DataError, match=r"t\.jsonl: every training question of small is in the dev split \("):
+        training_left(cfg, questions, "t.jsonl")
+    training_left(load_config(write_params(tmp_path, {"train": {"dev": {"questions": 4}}})), questions, "t.jsonl")
+
+
 def test_training_questions_sharing_a_hop_with_the_dev_split_are_left_out_and_none_left_is_named():
     from centralrl.config import DevConfig
     from centralrl.data.split import split_dev

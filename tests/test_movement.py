@@ -191,9 +191,9 @@ def test_the_report_flags_a_final_policy_past_max_kl_which_the_training_guard_ne
     assert frozen["past_max_kl"] == []  # central_only trains only the central agent, at 0.1 and 2.0
     result = {"backbones": {"main": {"budgets": {"cut": {"movement": {"joint": moved_arm}}}}}}
     assert movement_notes(result)[0] == (
-        "- **main, cut, joint: seed 0's retrieval agent ended 2.5 nats per token from the start on the test calls, "
-        "past train.health.max_kl**: the training guard measures the policy each measured step starts from, so it "
-        "never saw this one."
+        "- **main, cut, joint: seed 0's retrieval agent ended 2.5 nats per token from the start on the test calls "
+        "(exact KL), past train.health.max_kl**: the training guard estimates the KL (k3) on training samples of the "
+        "policy each measured step starts from, and never measures the one the last update made."
     )
 
 

@@ -125,10 +125,20 @@ def test_a_cell_that_ended_short_of_its_budget_is_named_beside_the_verdict():
     }
     result = {"backbones": {"main": {"budgets": {"equal_steps": {"arms": arms}}}}}
     assert shortfall_notes(result) == [
-        "- **main, equal_steps: joint seed 1 ended short of the budget** (steps 5 of steps 8, at rollout batch 10, "
-        "the run's last): batches whose groups all had equal rewards trained nothing, so this seed compares at less "
+        "- **main, equal_steps: joint seed 1 ended short of the budget** (steps 5 of 8), at rollout batch 10, the "
+        "run's last: its batches whose groups all had equal rewards trained nothing, so this seed compares at less "
         "than the budget.",
         "",
     ]
     arms["joint"]["seeds"][1] = cell(True, 8.0)
     assert shortfall_notes(result) == []
+    # other units run out of rollout batches; a wall-clock budget's spending is not in `spent` (machine-dependent)
+    arms["joint"]["seeds"][1] = cell(False, 5.0) | {"budget": {"flops": 1e14}}
+    arms["central_only"]["seeds"][0] = cell(False, 8.0) | {"budget": {"wall_seconds": 600.0}}
+    assert shortfall_notes(result)[:2] == [
+        "- **main, equal_steps: central_only seed 0 ended short of the budget**, at rollout batch 10, the run's last: "
+        "it reached train.grpo.steps, its last rollout batch, first, so this seed compares at less than the budget.",
+        "- **main, equal_steps: joint seed 1 ended short of the budget** (flops 4.7e+13 of 1e+14), at rollout batch "
+        "10, the run's last: it reached train.grpo.steps, its last rollout batch, first, so this seed compares at "
+        "less than the budget.",
+    ]

@@ -539,7 +539,9 @@ def test_arms_that_answer_alike_size_no_test_and_detect_nothing(smoke_params):
     assert (result["se"], result["mde"], result["detectable"], result["blocked_seeds"]) == (0.0, None, False, [0, 1])
     claim = {"verdict": "inconclusive", "power": result}
     notes = power_notes({"backbones": {"main": {"budgets": {"cut": {"claim": {"f1": claim, "acc": claim}}}}}})
-    assert "in seed 0, 1 that is 0 or against the claim: the published difference could not have come out" in notes[0]
+    assert (
+        "in seed(s) 0, 1 that is 0 or against the claim: the published difference could not have come out" in notes[0]
+    )
 
 
 def test_arms_apart_by_the_same_amount_everywhere_leave_detection_unknown(smoke_params):

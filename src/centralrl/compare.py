@@ -333,7 +333,7 @@ def _detectable(
     if pooled_mde is None:
         return None
     rule_mdes = [d["rule_mde"] for d in seeds.values() if d["rule_mde"] is not None]
-    return not blocked and max([pooled_mde, *rule_mdes]) <= abs(published)
+    return max([pooled_mde, *rule_mdes]) <= abs(published)
 
 
 def sub_agent_roles(spec: ArmConfig) -> list[str]:
@@ -352,8 +352,9 @@ def arm_movement(spec: ArmConfig, movement: Mapping[int, dict], max_kl: float) -
     the seeds in which none of them changed a single greedy output (`unmoved_seeds`), those in which no trained
     role did (`still_seeds`: there the arm is its untrained start, e.g. no step had a group whose rewards differ),
     and the trained roles whose KL to the start on the test calls passed `max_kl` (`past_max_kl`: seed, role, kl).
-    The training guard (`rl.health`) measures the policy each measured step starts from, never the one the last
-    update made; this is where that policy's KL is seen."""
+    The training guard (`rl.health`) estimates the KL (k3) on training samples of the policy each measured step
+    starts from, never of the one the last update made; this exact KL on the test calls is where that policy is
+    seen (another estimate on other inputs, so a figure near `max_kl` may fall on either side of the guard's)."""
     subs, trained = sub_agent_roles(spec), spec.trainable_roles
     return {
         "seeds": dict(movement),

@@ -111,14 +111,25 @@ def shortfall_notes(result: dict) -> list[str]:
             for arm, row in cut["arms"].items():
                 for seed, cell in row["seeds"].items():
                     if not cell["reached"]:
-                        spent = ", ".join(f"{unit} {cell['spent'][unit]:,.0f}" for unit in cell["budget"])
-                        asked = ", ".join(f"{unit} {limit:,}" for unit, limit in cell["budget"].items())
-                        lines.append(
-                            f"- **{backbone}, {budget}: {arm} seed {seed} ended short of the budget** ({spent} of "
-                            f"{asked}, at rollout batch {cell['step']}, the run's last): batches whose groups all "
-                            "had equal rewards trained nothing, so this seed compares at less than the budget."
-                        )
+                        lines.append(f"- **{backbone}, {budget}: {arm} seed {seed} {_shortfall(cell)}")
     return lines + [""] if lines else []
+
+
+def _shortfall(cell: Mapping) -> str:
+    """Why the cell's run ended short of its (one-unit) budget, and by how much where the run counted it."""
+    ((unit, limit),) = cell["budget"].items()
+    spent = cell["spent"].get(unit)  # wall seconds are not kept with the cuts: they would differ by machine
+    figure = "{:.3g}" if unit == "flops" else "{:,.0f}"
+    how = f" ({unit} {figure.format(spent)} of {figure.format(limit)})" if spent is not None else ""
+    why = (
+        "its batches whose groups all had equal rewards trained nothing"
+        if unit == "steps"
+        else "it reached train.grpo.steps, its last rollout batch, first"
+    )
+    return (
+        f"ended short of the budget**{how}, at rollout batch {cell['step']}, the run's last: {why}, so this seed "
+        "compares at less than the budget."
+    )
 
 
 def _published(metric: str, first: str, second: str, difference: float | None) -> str:
@@ -189,7 +200,7 @@ def _detection(power: Mapping) -> str:
     if mde is None and power["blocked_seeds"]:
         return (
             "the arms' differences have no spread over the questions in any seed (they answered every question alike "
-            "or apart by the same amount), so each seed's interval is its difference alone, and in seed "
+            "or apart by the same amount), so each seed's interval is its difference alone, and in seed(s) "
             f"{', '.join(map(str, power['blocked_seeds']))} that is 0 or against the claim: the published "
             "difference could not have come out, and no difference was detectable."
         )
@@ -291,8 +302,9 @@ def movement_notes(result: dict) -> list[str]:
             for arm, moved in cut["movement"].items():
                 lines += [
                     f"- **{backbone}, {budget}, {arm}: seed {past['seed']}'s {past['role']} agent ended "
-                    f"{past['kl']:.3g} nats per token from the start on the test calls, past train.health.max_kl**: "
-                    "the training guard measures the policy each measured step starts from, so it never saw this one."
+                    f"{past['kl']:.3g} nats per token from the start on the test calls (exact KL), past "
+                    "train.health.max_kl**: the training guard estimates the KL (k3) on training samples of the "
+                    "policy each measured step starts from, and never measures the one the last update made."
                     for past in moved["past_max_kl"]
                 ]
                 if moved["still_seeds"]:

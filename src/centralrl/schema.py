@@ -13,13 +13,15 @@ Passage ids of real data are content hashes (`passage_id`), so the same paragrap
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from centralrl.errors import DataError
 from centralrl.io import read_jsonl
+
+T = TypeVar("T")
 
 SPLITS = ("train", "test")  # test = what evaluation reads (HotpotQA/2Wiki/MuSiQue dev files go here)
 
@@ -234,10 +236,11 @@ def check_supporting_ids(questions: Iterable[Question], passages: Iterable[Passa
         raise DataError(f"{where}supporting passages missing from the corpus: {examples(missing)}")
 
 
-def interleave(questions: Iterable[Question]) -> list[Question]:
-    """Round-robin over benchmarks (in order of first appearance), file order within each benchmark."""
-    groups: dict[str, list[Question]] = {}
+def interleave(questions: Iterable[T], benchmark: Callable[[T], str] = lambda q: q.benchmark) -> list[T]:
+    """Round-robin over benchmarks (in order of first appearance), file order within each benchmark.
+    `benchmark` names an item's benchmark: the question's own by default (items may be positions, say)."""
+    groups: dict[str, list[T]] = {}
     for question in questions:
-        groups.setdefault(question.benchmark, []).append(question)
+        groups.setdefault(benchmark(question), []).append(question)
     lists = list(groups.values())
     return [group[i] for i in range(max(map(len, lists), default=0)) for group in lists if i < len(group)]

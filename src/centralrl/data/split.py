@@ -1,8 +1,8 @@
 """The dev split: a fixed sample of the training questions that neither the warm start nor GRPO ever trains on,
 on which the train stage scores the current policy greedily every `train.dev.every` steps (`centralrl.rl.dev`).
-By default it is stratified (`train.dev.sampling`): each benchmark gives as many questions as the others, so its
-pooled F1 weighs the question types as the test split's macro F1 does (drawn at random, the default world's 16
-held 6 one-hop and 10 two-hop questions, the test split 12 and 12).
+By default it is stratified (`train.dev.sampling`): each benchmark gives as many questions as the others (within
+one, while it has questions left), so its pooled F1 weighs the question types as the test split's macro F1 does
+(drawn at random, the default world's 16 held 6 one-hop and 10 two-hop questions, the test split 12 and 12).
 
 It gives learning curves (dev F1 against step and training FLOPs, per arm and seed) and a split to choose
 hyperparameters on without touching the test split. The sample derives from `train.dev.seed` alone, so every
@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import random
 import re
-from itertools import zip_longest
 from collections.abc import Sequence
 
 from centralrl.config import Config, DevConfig
 from centralrl.errors import DataError
-from centralrl.schema import Question
+from centralrl.schema import Question, interleave
 from centralrl.seeding import derive_seed
 
 PLACEHOLDER = re.compile(r"#(\d+)")
@@ -79,21 +78,25 @@ def split_dev(
 def _held(questions: Sequence[Question], dev: DevConfig) -> set[int]:
     """The positions of the dev questions: `dev.questions` of them, drawn from `dev.seed`; stratified, the
     shuffled questions dealt round-robin over their benchmarks (as `train.grpo.question_sampling` deals a step),
-    so each benchmark gives as many as the others while it has questions left."""
+    so each benchmark gives as many as the others, within one, while it has questions left."""
     rng = random.Random(derive_seed(dev.seed, "dev"))
     if dev.sampling == "uniform":
         return set(rng.sample(range(len(questions)), dev.questions))
-    by_benchmark: dict[str, list[int]] = {}
-    for i in rng.sample(range(len(questions)), len(questions)):
-        by_benchmark.setdefault(questions[i].benchmark, []).append(i)
-    dealt = [i for group in zip_longest(*by_benchmark.values()) for i in group if i is not None]
-    return set(dealt[: dev.questions])
+    shuffled = rng.sample(range(len(questions)), len(questions))
+    return set(interleave(shuffled, lambda i: questions[i].benchmark)[: dev.questions])
 
 
 def training_left(cfg: Config, questions: Sequence[Question], source: str) -> None:
-    """Refuse training questions that leave a step (or `train.grpo.pool`) too few once the dev split and the
-    questions sharing a hop with it are out: the data stage's check, before hours of warm start."""
+    """Refuse training questions that leave a step (or `train.grpo.pool`) too few, or a benchmark none, once the
+    dev split and the questions sharing a hop with it are out: the data stage's check, before hours of warm
+    start."""
     training, dev = split_dev(questions, cfg.train.dev, source)
+    if gone := sorted({q.benchmark for q in questions} - {q.benchmark for q in training}):
+        raise DataError(
+            f"{source}: every training question of {', '.join(gone)} is in the dev split (train.dev.questions "
+            f"{len(dev)}, {cfg.train.dev.sampling}) or shares a hop with it, so training would never see that "
+            "benchmark; lower train.dev.questions or add its training questions"
+        )
     needed = max(cfg.train.grpo.questions_per_step, cfg.train.grpo.pool)
     if len(training) < needed:
         raise DataError(
