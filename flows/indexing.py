@@ -26,6 +26,7 @@ from centralrl.retrieval.recall import check_ks, recall_table
 from centralrl.schema import (
     Passage,
     Question,
+    by_id,
     check_supporting_ids,
     passage_problems,
     read_passages,
@@ -95,7 +96,8 @@ def indexing_flow(
         if not questions[Path(path).stem]:
             raise DataError(f"{path}: no questions to measure recall on")
     passages = load_corpus(corpus_path)
-    refuse_rows(passage_problems(passages, config.data.max_passage_chars), corpus_path)  # a hand-made corpus too
+    # a hand-made corpus skips prepare_data's checks: these are its
+    refuse_rows(passage_problems(by_id(passages), config.data.max_passage_chars), corpus_path)
     check_ks(cfg.recall_ks, len(passages), corpus_path)
     for path in question_files:
         check_supporting_ids(questions[Path(path).stem], passages, f"{path} (corpus {corpus_path})")

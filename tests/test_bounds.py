@@ -43,12 +43,12 @@ def test_an_over_long_question_is_refused_naming_its_id_benchmark_and_file(tmp_p
         _collect(tmp_path, rows, max_question_chars=100)
 
 
-def test_an_over_long_passage_is_refused_naming_its_id_and_file(tmp_path):
+def test_an_over_long_passage_is_refused_naming_its_line_and_file(tmp_path):
     rows = [{"id": "q", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}]
     passages = [{"id": "7", "contents": '"Hamlet"\n' + "p" * 160}]
     with pytest.raises(
         DataError,
-        match=r"corpus\.jsonl: 1 row\(s\) refused: passage .* \('Hamlet'\) has 160 "
+        match=r"corpus\.jsonl: 1 row\(s\) refused: line 1 \('Hamlet'\) has 160 "
         r"characters, above data\.max_passage_chars 50",
     ):
         _collect(tmp_path, rows, passages, max_passage_chars=50)
@@ -70,10 +70,10 @@ def test_a_blank_golden_answer_beside_good_ones_is_refused_not_dropped_silently(
         _collect(tmp_path, rows)
 
 
-def test_a_passage_without_text_is_refused_naming_its_title_and_file(tmp_path):
+def test_a_passage_without_text_is_refused_naming_its_line_title_and_file(tmp_path):
     rows = [{"id": "q", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}]
     passages = [{"id": "1", "contents": '"Hamlet"\nA play.'}, {"id": "2", "contents": '"Blank"\n  '}]
-    with pytest.raises(DataError, match=r"corpus\.jsonl: 1 row\(s\) refused: passage .* \('Blank'\) has no text"):
+    with pytest.raises(DataError, match=r"corpus\.jsonl: 1 row\(s\) refused: line 2 \('Blank'\) has no text"):
         _collect(tmp_path, rows, passages)
 
 

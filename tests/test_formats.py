@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from centralrl.config import CorpusSource, QuestionSource
+from centralrl.config import CorpusSource, DataConfig, QuestionSource
 from centralrl.data.formats import load_corpus, load_questions
 from centralrl.errors import DataError
 from centralrl.schema import passage_id
@@ -31,7 +31,7 @@ def source(kind: str, path: str | Path | None = None, **fields) -> QuestionSourc
 
 
 def corpus(kind: str, path: str | Path, root: Path, **fields) -> list:
-    return load_corpus(CorpusSource(kind=kind, path=str(path), **fields), root)
+    return load_corpus(CorpusSource(kind=kind, path=str(path), **fields), root, DataConfig().max_passage_chars)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -837,7 +837,7 @@ def test_flashrag_passages(tmp_path):
             {"id": "1", "contents": '""Weird Al" Yankovic"\nAlfred Yankovic is a singer.\nSecond line.'},
         ],
     )
-    passages = load_corpus(CorpusSource(kind="flashrag_passages", path="wiki.jsonl"), tmp_path)
+    passages = corpus("flashrag_passages", "wiki.jsonl", tmp_path)
     assert [(p.title, p.text) for p in passages] == [
         ("Evan Morris", "Evan Morris Evan L. Morris was a lobbyist."),
         ('"Weird Al" Yankovic', "Alfred Yankovic is a singer.\nSecond line."),
@@ -850,8 +850,8 @@ def test_title_sentences_and_title_text_list_agree(tmp_path):
         tmp_path / "list.json",
         [{"title": "Alpha", "text": "Alpha is a thing. It is old."}, {"title": "Gamma", "text": "G."}],
     )
-    sentences = load_corpus(CorpusSource(kind="title_sentences", path="sentences.json"), tmp_path)
-    listed = load_corpus(CorpusSource(kind="title_text_list", path="list.json"), tmp_path)
+    sentences = corpus("title_sentences", "sentences.json", tmp_path)
+    listed = corpus("title_text_list", "list.json", tmp_path)
     assert [p.title for p in sentences] == ["Alpha", "Beta"] and [p.title for p in listed] == ["Alpha", "Gamma"]
     assert sentences[0] == listed[0]
 
@@ -876,7 +876,7 @@ def test_kilt_pages(tmp_path):
             }
         ],
     )
-    passages = load_corpus(CorpusSource(kind="kilt_pages", path="kilt.jsonl"), tmp_path)
+    passages = corpus("kilt_pages", "kilt.jsonl", tmp_path)
     assert [p.text for p in passages] == [f"{body}.", f"{body} again.", "first item Short end."]
     assert all(p.title == "Page" for p in passages)
 
@@ -898,7 +898,7 @@ def test_kilt_pages_keep_a_leading_minus_of_plain_text(tmp_path):
             }
         ],
     )
-    passages = load_corpus(CorpusSource(kind="kilt_pages", path="kilt.jsonl"), tmp_path)
+    passages = corpus("kilt_pages", "kilt.jsonl", tmp_path)
     assert [p.text for p in passages] == [
         "-273.15 °C is the lowest limit of the thermodynamic temperature scale.",
         "-0.5 K was never reached 2. second item",
@@ -907,8 +907,8 @@ def test_kilt_pages_keep_a_leading_minus_of_plain_text(tmp_path):
 
 def test_corpus_limit_and_duplicates(tmp_path):
     write_jsonl(tmp_path / "list.jsonl", [{"title": t, "text": f"{t.lower()}."} for t in ["A", "A", "B", "C"]])
-    everything = load_corpus(CorpusSource(kind="title_text_list", path="list.jsonl"), tmp_path)
-    limited = load_corpus(CorpusSource(kind="title_text_list", path="list.jsonl", limit=2), tmp_path)
+    everything = corpus("title_text_list", "list.jsonl", tmp_path)
+    limited = corpus("title_text_list", "list.jsonl", tmp_path, limit=2)
     assert [p.title for p in everything] == ["A", "B", "C"]
     assert [p.title for p in limited] == ["A", "B"]
 
@@ -918,7 +918,16 @@ def test_corpus_missing_field_names_file_and_line(tmp_path):
         tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"T"\nx'}, {"id": "1", "text": "no contents"}]
     )
     with pytest.raises(DataError, match=re.escape(f"{path}:2: missing field 'contents'")):
-        load_corpus(CorpusSource(kind="flashrag_passages", path=str(path)), tmp_path)
+        corpus("flashrag_passages", path, tmp_path)
+
+
+def test_an_unusable_corpus_passage_is_named_by_its_row_in_every_corpus_kind(tmp_path):
+    (tmp_path / "list.json").write_text(json.dumps([{"title": "A", "text": "a."}, {"title": "B", "text": " "}]))
+    (tmp_path / "sentences.json").write_text(json.dumps({"A": ["a."], "Long": ["w" * 30]}))
+    with pytest.raises(DataError, match=r"list\.json: 1 row\(s\) refused: row 1 \('B'\) has no text"):
+        corpus("title_text_list", "list.json", tmp_path)
+    with pytest.raises(DataError, match=r"refused: entry 'Long' \('Long'\) has 30 characters, above data\.max_pas"):
+        load_corpus(CorpusSource(kind="title_sentences", path="sentences.json"), tmp_path, max_chars=20)
 
 
 # --- malformed rows found by probing (each was a traceback or was taken silently) ----------------------------

@@ -13,7 +13,7 @@ Passage ids of real data are content hashes (`passage_id`), so the same paragrap
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,16 +36,16 @@ def passage_id(title: str, text: str) -> str:
     return f"p-{digest[:16]}"
 
 
-def passage_problems(passages: Iterable[Passage], max_chars: int) -> list[str]:
+def passage_problems(passages: Iterable[Located], max_chars: int) -> list[str]:
     """What makes each unusable passage so: no text (a retriever would hand a role its title alone), or more than
     `max_chars` characters (`data.max_passage_chars`)."""
     problems = []
-    for p in passages:
+    for where, p in passages:
         if not p.text.strip():
-            problems.append(f"passage {p.id} ({p.title!r}) has no text: a retriever would hand a role its title alone")
+            problems.append(f"{where} ({p.title!r}) has no text: a retriever would hand a role its title alone")
         elif len(p.text) > max_chars:
             problems.append(
-                f"passage {p.id} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars {max_chars}"
+                f"{where} ({p.title!r}) has {len(p.text)} characters, above data.max_passage_chars {max_chars}"
             )
     return problems
 
@@ -91,6 +91,15 @@ class Passage:
         pid = _require(row, "id", str, where)
         where = f"{where} (passage {pid})"
         return cls(pid, _require(row, "title", str, where), _require(row, "text", str, where))
+
+
+# A passage and where it came from, for messages: its id, or a corpus file's row ("line 17")
+Located = tuple[str, Passage]
+
+
+def by_id(passages: Iterable[Passage]) -> Iterator[Located]:
+    """Passages named by their ids: those of a file that has them (corpus.jsonl) or of questions' contexts."""
+    return ((f"passage {p.id}", p) for p in passages)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from centralrl.data import hub
 from centralrl.errors import DataError
 from centralrl.io import read_json, read_jsonl, require_file, text_lines
-from centralrl.schema import Passage, Question, SubQuestion, passage_id
+from centralrl.schema import Located, Passage, Question, SubQuestion, passage_id, passage_problems, refuse_rows
 
 if TYPE_CHECKING:  # config.py imports this module's kind tables
     from centralrl.config import CorpusSource, QuestionSource
@@ -494,14 +494,14 @@ def load_questions(source: QuestionSource, root: Path) -> tuple[list[Question], 
 # --- corpus kinds -----------------------------------------------------------------------------------------
 
 
-def flashrag_passages(path: Path) -> Iterator[Passage]:
+def flashrag_passages(path: Path) -> Iterator[Located]:
     """FlashRAG / DPR rows {id, contents: '"Title"\\ntext'}: title before the first newline, quotes removed."""
     for where, row in read_jsonl(path):
         title, _, text = field(row, "contents", str, where).partition("\n")
         title = title.strip()
         if len(title) >= 2 and title[0] == title[-1] == '"':
             title = title[1:-1]
-        yield make_passage(title, text)
+        yield where, make_passage(title, text)
 
 
 def _kilt_section(heading: str) -> str:
@@ -551,7 +551,7 @@ def kilt_chunks(title: str, paragraphs: list[str], words: int = KILT_PASSAGE_WOR
         yield " ".join(chunk)
 
 
-def kilt_pages(path: Path) -> Iterator[Passage]:
+def kilt_pages(path: Path) -> Iterator[Located]:
     """KILT Wikipedia pages {wikipedia_title, text [paragraphs]}: ~100-word passages titled by the page."""
     for where, row in read_jsonl(path):
         title = field(row, "wikipedia_title", str, where)
@@ -559,10 +559,10 @@ def kilt_pages(path: Path) -> Iterator[Passage]:
         if not all(isinstance(p, str) for p in paragraphs):
             raise DataError(f"{where} ({title}): field 'text' should be a list of paragraph strings")
         for text in kilt_chunks(title, paragraphs):
-            yield make_passage(title, text)
+            yield where, make_passage(title, text)
 
 
-def title_sentences(path: Path) -> Iterator[Passage]:
+def title_sentences(path: Path) -> Iterator[Located]:
     """HippoRAG's HotpotQA corpus {title: [sentences]}: sentences concatenated as in `hotpotqa_question`."""
     loaded = read_json(path)
     if not isinstance(loaded, dict):
@@ -570,16 +570,17 @@ def title_sentences(path: Path) -> Iterator[Passage]:
     for title, sentences in loaded.items():
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
             raise DataError(f"{path} ({title}): expected a list of sentences")
-        yield make_passage(title, "".join(sentences))
+        yield f"{path} entry {title!r}", make_passage(title, "".join(sentences))
 
 
-def title_text_list(path: Path) -> Iterator[Passage]:
+def title_text_list(path: Path) -> Iterator[Located]:
     """[{title, text}, ...] as a JSON list or JSON lines (HippoRAG's 2Wiki and MuSiQue corpora)."""
     for where, row in records(path):
-        yield make_passage(field(row, "title", str, where), field(row, "text", str, where))
+        yield where, make_passage(field(row, "title", str, where), field(row, "text", str, where))
 
 
-CORPUS_KINDS: dict[str, Callable[[Path], Iterator[Passage]]] = {
+# kind -> a reader of (where, passage) pairs: `where` names the file and row, for messages
+CORPUS_KINDS: dict[str, Callable[[Path], Iterator[Located]]] = {
     "flashrag_passages": flashrag_passages,
     "kilt_pages": kilt_pages,
     "title_sentences": title_sentences,
@@ -587,14 +588,23 @@ CORPUS_KINDS: dict[str, Callable[[Path], Iterator[Passage]]] = {
 }
 
 
-def load_corpus(source: CorpusSource, root: Path) -> list[Passage]:
-    """The distinct passages of a corpus file in file order, the first `source.limit` of them if set."""
+def load_corpus(source: CorpusSource, root: Path, max_chars: int) -> list[Passage]:
+    """The distinct passages of a corpus file in file order, the first `source.limit` of them if set; refuses
+    a passage without text or longer than `max_chars` (`data.max_passage_chars`), naming its line."""
     path = resolve(source.path, root)
-    passages: dict[str, Passage] = {}
-    for passage in CORPUS_KINDS[source.kind](path):
-        passages.setdefault(passage.id, passage)
+    passages: dict[str, tuple[str, Passage]] = {}
+    for where, passage in CORPUS_KINDS[source.kind](path):
+        passages.setdefault(passage.id, (where, passage))
         if source.limit is not None and len(passages) >= source.limit:
             break
     if not passages:
         raise DataError(f"{path}: no passages in this {source.kind} file")
-    return list(passages.values())
+    rows = ((_row_of(where, path), passage) for where, passage in passages.values())
+    refuse_rows(passage_problems(rows, max_chars), str(path))
+    return [passage for _, passage in passages.values()]
+
+
+def _row_of(where: str, path: Path) -> str:
+    """A reader's `where` without its file, which the message names once: 'line 17', 'row 3', '(Title)'."""
+    rest = where.removeprefix(str(path))
+    return f"line {rest[1:]}" if rest.startswith(":") else rest.strip()

@@ -26,6 +26,7 @@ from centralrl.schema import (
     SPLITS,
     Passage,
     Question,
+    by_id,
     check_supporting_ids,
     examples,
     passage_problems,
@@ -102,7 +103,8 @@ def drop_overlap(questions: list[Question]) -> tuple[list[Question], int]:
 
 def check_bounds(questions: list[Question], passages: list[Passage], data: DataConfig, origin: str) -> None:
     """Refuse, naming each row and `origin` (its file), an over-long question or passage, a passage without
-    text and a golden answer that normalizes to the empty string."""
+    text and a golden answer that normalizes to the empty string. A question source's passages are named by id
+    (they come from its rows' contexts); a corpus file's by line (`formats.load_corpus`)."""
     problems = [
         f"question {q.id} ({q.benchmark}) has {len(q.question)} characters, above data.max_question_chars "
         f"{data.max_question_chars}"
@@ -116,7 +118,7 @@ def check_bounds(questions: list[Question], passages: list[Passage], data: DataC
         for answer in q.golden_answers
         if not normalize_answer(answer)
     ]
-    refuse_rows(problems + passage_problems(passages, data.max_passage_chars), origin)
+    refuse_rows(problems + passage_problems(by_id(passages), data.max_passage_chars), origin)
 
 
 def drop_empty_answers(questions: list[Question]) -> tuple[list[Question], int]:
@@ -177,8 +179,7 @@ def collect(data: DataConfig, base: Path) -> Dataset:
         by_source.append(loaded)
         passage_groups.append(carried)
     for source in data.corpus:
-        passage_groups.append(formats.load_corpus(source, root))
-        check_bounds([], passage_groups[-1], data, _origin(source))
+        passage_groups.append(formats.load_corpus(source, root, data.max_passage_chars))
     passages = merge_passages(passage_groups)
     check_unique_ids(by_source)
     questions = [q for loaded in by_source for q in loaded]
