@@ -2,10 +2,10 @@
 step reward measures the policy, not the draw, and a working update must raise it.
 
     python benchmarks/overfit.py --model models/main/start --index index --train data/train.jsonl \\
-        --benchmarks synth-2hop --questions 4 --steps 16
+        --benchmarks synth-2hop --per-benchmark 4 --steps 16
 
 One arm's GRPO run as the train stage makes it (`train.grpo` of --params, a fresh adapter from --seed), except
-that its pool is the first --questions training questions of each of --benchmarks (never the dev split) and every
+that its pool is the first --per-benchmark training questions of each of --benchmarks (never the dev split) and every
 step rolls out all of them. Prints a line per step (mean reward, per-question reward, informative groups, KL,
 sub-questions per episode) and writes the steps and the first- and last-quarter reward means to --out. When the
 reward rises here but not in a full run, the update works and what fails is carrying it across questions.
@@ -27,7 +27,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train", required=True, help="training questions (the dev split is left out)")
     parser.add_argument("--arm", default="central_only", help="a key of `arms` in params")
     parser.add_argument("--benchmarks", nargs="+", required=True, help="the benchmarks the pool's questions are from")
-    parser.add_argument("--questions", type=count, default=4, help="questions of each benchmark in the pool")
+    parser.add_argument("--per-benchmark", type=count, default=4, help="questions of each benchmark in the pool")
     parser.add_argument("--steps", type=count, default=16, help="GRPO steps")
     parser.add_argument("--seed", type=int, default=0, help="training seed (adapter init, rollouts)")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> None:
     cfg = load_config(args.params)
     if cfg.arm(args.arm).topology != TOPOLOGY:
         raise ConfigError(f"--arm {args.arm}: overfit.py runs central-topology arms")
-    questions, dev = pool(args.train, cfg, args.benchmarks, args.questions)
+    questions, dev = pool(args.train, cfg, args.benchmarks, args.per_benchmark)
     policy = fresh_policy(cfg, args.arm, args.seed, args.backbone, args.model, pick_device(cfg.harness.device))
     retriever = open_retriever(cfg.retrieval, args.index)
     rows = fit(cfg, policy, retriever, questions, args.steps, args.seed, dev, args.dev_every)

@@ -13,7 +13,6 @@ runs far slower than in float32.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import cli
 from cli import check_out, run_main
@@ -21,9 +20,7 @@ from cli import check_out, run_main
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = cli.parser(__doc__)
-    parser.add_argument(
-        "--out", default=str(Path(__file__).parent / "results" / "precision.json"), help="figures (JSON)"
-    )
+    parser.add_argument("--out", default="benchmarks/results/precision.json", help="figures (JSON)")
     args = parser.parse_args(argv)
     return args
 

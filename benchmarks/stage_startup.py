@@ -82,11 +82,9 @@ def seconds(name: str, code: str) -> float:
 
 def main() -> None:
     parser = cli.parser(__doc__)
-    parser.add_argument("--params", default=str(ROOT / "params.yaml"), help="params file the variants load")
+    parser.add_argument("--params", default="params.yaml", help="params file the variants load")
     parser.add_argument("--rounds", type=count, default=3, help="runs of each variant, alternating their order")
-    parser.add_argument(
-        "--out", default=str(ROOT / "benchmarks" / "results" / "stage_startup.json"), help="figures (JSON)"
-    )
+    parser.add_argument("--out", default="benchmarks/results/stage_startup.json", help="figures (JSON)")
     args = parser.parse_args()
     check_out(args.out)
     params = str(Path(args.params).resolve())  # the variants run in ROOT

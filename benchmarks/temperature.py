@@ -2,7 +2,7 @@
 and the mean sampled reward per temperature, on the dev split, from the starting checkpoint.
 
     python benchmarks/temperature.py --model models/main/start --index index --train data/train.jsonl \\
-        --temperatures 0.5 0.7 1.0 --questions 16
+        --temperatures 0.5 0.7 1.0 --n 16
 
 A group of G sampled episodes with equal rewards has zero advantage everywhere and trains nothing (such steps
 are skipped: `centralrl.rl.trainer`). Too hot, a small model's samples are all wrong (rewards all 0); too cold,
@@ -39,7 +39,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="roles decoded greedily while the others sample (train.grpo.frozen_roles: greedy plays an arm's "
         "frozen roles so): with retrieval and conclusion, the signal the central agent's own samples give",
     )
-    parser.add_argument("--questions", type=count, default=None, help="dev questions used (default: the whole split)")
+    parser.add_argument("--n", type=count, default=None, help="dev questions used (default: the whole split)")
     parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
     parser.add_argument("--out", default="benchmarks/results/temperature.json", help="figures (JSON)")
@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
-    dev = dev[: args.questions]
+    dev = dev[: args.n]
     retriever = open_retriever(cfg.retrieval, args.index)
     policy = trained_policy(cfg, args.backbone, args.model, None)
     greedy = measure(cfg, policy, retriever, dev, run_settings(cfg, greedy=True, seed=0), 1)

@@ -77,15 +77,13 @@ def measured(name: str, params: str, inputs: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = cli.parser(__doc__)
-    parser.add_argument("--params", default=str(ROOT / "params.yaml"), help="params file of the stage")
+    parser.add_argument("--params", default="params.yaml", help="params file of the stage")
     parser.add_argument("--backbone", default="main", help="a key of the params' backbones")
     parser.add_argument("--model", default="models/main/backbone", help="the prepared backbone (prepare_model)")
     parser.add_argument("--index", default="index", help="the retrieval index (index stage)")
     parser.add_argument("--train", default="data/train.jsonl", help="training questions (data stage)")
     parser.add_argument("--rounds", type=count, default=1, help="runs of each variant, alternating their order")
-    parser.add_argument(
-        "--out", default=str(ROOT / "benchmarks" / "results" / "warmstart_stage.json"), help="figures (JSON)"
-    )
+    parser.add_argument("--out", default="benchmarks/results/warmstart_stage.json", help="figures (JSON)")
     args = parser.parse_args()
     check_out(args.out)
     params = str(Path(args.params).resolve())
