@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, OutputError
@@ -73,9 +73,14 @@ def counts(text: str) -> list[int]:
     return [count(part) for part in text.split(",") if part]
 
 
-def check_out(path: str) -> str:
+def check_out(path: str, args: argparse.Namespace) -> str:
     """Refuse an --out that could not be written, before the measuring: its folder must exist and take a new
-    file. Returns `path`."""
+    file, and it may not be, or lie inside, an input (any other argument naming a path that exists, and the
+    profile overlays beside --params). Returns `path`."""
+    target = Path(path).resolve()
+    for flag, source in _input_paths(args):
+        if source.resolve() == target or source.resolve() in target.parents:
+            raise OutputError(f"--out {path} overlaps the input {flag} {source}: the script would write over it")
     folder = Path(path).parent
     if Path(path).is_dir():
         raise OutputError(f"--out {path}: is a folder; name the JSON file to write")
@@ -87,6 +92,19 @@ def check_out(path: str) -> str:
     except OSError as error:
         raise OutputError(f"--out {path}: folder {folder} refuses new files ({error.strerror})") from None
     return path
+
+
+def _input_paths(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
+    """(flag, path) for every argument but --out that names an existing file or folder."""
+    from centralrl.config import profiles_folder
+
+    for key, value in vars(args).items():
+        flag = "--" + key.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            if key != "out" and isinstance(item, str) and item and Path(item).exists():
+                yield flag, Path(item)
+    if isinstance(getattr(args, "params", None), str):
+        yield "--params", profiles_folder(args.params)
 
 
 def write_indented_json(path: str, obj: object) -> None:

@@ -172,7 +172,7 @@ def measure(cfg, policy: RolePolicy, retriever: Retriever, questions: Sequence[Q
 
 
 def main(args: argparse.Namespace) -> None:
-    out = check_out(args.out)
+    out = check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)

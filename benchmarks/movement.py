@@ -58,7 +58,7 @@ def timed(function, repeats: int) -> tuple[float, object]:
 
 
 def main(args: argparse.Namespace) -> None:
-    out = check_out(args.out)
+    out = check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     policy = trained_policy(cfg, args.backbone, args.model, args.adapters, args.arm)

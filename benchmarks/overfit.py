@@ -120,7 +120,7 @@ def dev_row(trainer: Trainer, dev: Sequence[Question]) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> None:
-    check_out(args.out)
+    check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     if cfg.arm(args.arm).topology != TOPOLOGY:

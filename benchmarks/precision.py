@@ -64,7 +64,7 @@ def measure(threads: int) -> dict:
 
 
 def main(args: argparse.Namespace) -> None:
-    check_out(args.out)
+    check_out(args.out, args)
     threads = torch.get_num_threads()
     result = {
         "machine": {

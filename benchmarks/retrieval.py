@@ -250,7 +250,7 @@ def world(params: str, args) -> dict:
 
 
 def main(args: argparse.Namespace) -> None:
-    check_out(args.out)
+    check_out(args.out, args)
     set_threads(load_config(args.params).threads)
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     if not args.skip_bm25s_throughput:

@@ -524,7 +524,7 @@ def old_vs_new(cfg, args) -> dict:
 def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     default = f"benchmarks/results/{'rollout_speed' if args.old_vs_new else 'rollout'}.json"
-    out = check_out(default if args.out is None else args.out)  # '' is refused, not the default
+    out = check_out(default if args.out is None else args.out, args)  # '' is refused, not the default
 
     cfg = load_config(args.params)
     h = cfg.harness

@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=count, default=3, help="runs of each variant, alternating their order")
     parser.add_argument("--out", default="benchmarks/results/stage_startup.json", help="figures (JSON)")
     args = parser.parse_args()
-    check_out(args.out)
+    check_out(args.out, args)
     params = str(Path(args.params).resolve())  # the variants run in ROOT
     load_config(params)  # a bad params file fails here, in one line, not in every variant
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}

@@ -96,7 +96,7 @@ def averaged(runs: list[dict]) -> dict:
 
 
 def main(args: argparse.Namespace) -> None:
-    check_out(args.out)
+    check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)

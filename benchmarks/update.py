@@ -439,7 +439,7 @@ def warmstart_figures(cfg: Config, args, traces) -> dict:
 
 
 def main(args: argparse.Namespace) -> None:
-    check_out(args.out)
+    check_out(args.out, args)
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)

@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=count, default=1, help="runs of each variant, alternating their order")
     parser.add_argument("--out", default="benchmarks/results/warmstart_stage.json", help="figures (JSON)")
     args = parser.parse_args()
-    check_out(args.out)
+    check_out(args.out, args)
     params = str(Path(args.params).resolve())
     load_config(params)  # a bad params file fails here, in one line, not in every variant
     for path in (args.model, args.index, args.train):

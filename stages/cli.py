@@ -114,6 +114,10 @@ class StageParser(argparse.ArgumentParser):
         outputs = {flag: path for flag, path in given.items() if isinstance(path, OutputFile)}
         listed = {flag: value if isinstance(value, list) else [value] for flag, value in given.items()}
         inputs = {flag: paths for flag, paths in listed.items() if paths and isinstance(paths[0], InputPath)}
+        if "--params" in inputs:  # the stage reads its profile overlays too
+            from centralrl.config import profiles_folder
+
+            inputs["--params"].append(InputPath(profiles_folder(parsed.params)))
         problem = outputs_problem(outputs, inputs)
         if problem is not None:
             self.error(problem)
@@ -136,7 +140,10 @@ def stage_parser(doc: str) -> StageParser:
         description=first, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--params", default="params.yaml", help="params file (its profile overlay is applied; default params.yaml)"
+        "--params",
+        type=InputPath,
+        default="params.yaml",
+        help="params file (its profile overlay is applied; default params.yaml)",
     )
     return parser
 

@@ -86,6 +86,18 @@ def test_an_out_in_a_folder_that_refuses_files_is_refused_before_measuring(read_
     assert sorted(p.name for p in read_only_folder.iterdir()) == ["result.json"]
 
 
+def test_an_out_naming_an_input_is_refused_before_measuring(tmp_path):
+    """--out params.yaml replaced the params file with the figures, exit 0; a profile overlay too."""
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text())
+    (tmp_path / "profiles").mkdir()
+    done = bench("stage_startup", "--params", str(params), "--out", str(params))
+    one_line_error(done, "stage_startup", f"--out {params} overlaps the input --params {params}")
+    done = bench("stage_startup", "--params", str(params), "--out", str(tmp_path / "profiles" / "smoke.yaml"))
+    one_line_error(done, "stage_startup", "overlaps the input --params", "profiles")
+    assert done.stdout == "" and params.read_text() == (REPO / "params.yaml").read_text()
+
+
 def test_options_a_mode_ignores_and_impossible_values_are_usage_errors(monkeypatch, capsys):
     """Each was taken silently: rollout.py ignored --steps without --old-vs-new (and --n with it), temperature.py
     sampled at -1, and retrieval.py's flat index found 22% of its own top 50 among 10 vectors."""

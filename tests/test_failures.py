@@ -257,6 +257,16 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url):
             + ["--state", "ad/state"],
             "--state ad/state is inside --adapters's folder ad, which the stage replaces whole",
         ),
+        (  # replaced the params file with the model's metrics, exit 0
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "params.yaml"],
+            "--metrics params.yaml overlaps the input --params params.yaml: the stage would write over what it reads",
+        ),
+        (  # and a profile overlay, which the params file reads
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "profiles/smoke.yaml"],
+            "--metrics profiles/smoke.yaml overlaps the input --params profiles",
+        ),
         (  # found at the stage's last write, with its other outputs already replaced
             "prepare_data",
             ["--train", "t.jsonl", "--test", "e.jsonl", "--corpus", "c.jsonl", "--metrics", "/proc/centralrl.json"],

@@ -1248,9 +1248,14 @@ def _holds(tree: object, part: object) -> bool:
     return isinstance(tree, list) and isinstance(part, int) and 0 <= part < len(tree)
 
 
+def profiles_folder(params_path: str | Path) -> Path:
+    """Where the profile overlays of a params file live: profiles/ beside it."""
+    return Path(params_path).parent / "profiles"
+
+
 def profile_path(params_path: str | Path, profile: str) -> Path:
     """Where the overlay of `profile` lives: profiles/<profile>.yaml beside the params file."""
-    return Path(params_path).parent / "profiles" / f"{profile}.yaml"
+    return profiles_folder(params_path) / f"{profile}.yaml"
 
 
 def _known_profiles(folder: Path) -> str:
