@@ -394,6 +394,17 @@ def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_
             None,
             r"q\.jsonl:2 \(question b\): field 'supporting_passage_ids' .*got str",
         ),
+        # read as no supporting passages: build_index measured no recall for the benchmark, exit 0
+        (
+            {"supporting_pasage_ids": ["p1"]},
+            None,
+            r"q\.jsonl:2 \(question b\): unknown field\(s\) 'supporting_pasage_ids'",
+        ),
+        (
+            {"decomposition": [{"question": "Who?", "answer": "x", "passage": "p1"}]},
+            None,
+            r"q\.jsonl:2 \(question b\) decomposition\[0\]: unknown field\(s\) 'passage'; known: answer, passa",
+        ),
     ],
 )
 def test_a_question_row_a_stage_cannot_use_is_named_by_file_and_line(tmp_path, change, split, named):
@@ -432,6 +443,9 @@ def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_
     (tmp_path / "c.jsonl").write_text(json.dumps(passage) + "\n" + json.dumps(passage | {"text": "two"}) + "\n")
     with pytest.raises(DataError, match=r"c\.jsonl:2: id 'p1' is already used at .*c\.jsonl:1"):
         read_passages(tmp_path / "c.jsonl")  # build_index's corpus: a retriever answers with ids
+    (tmp_path / "c.jsonl").write_text(json.dumps(passage | {"contents": "one"}) + "\n")
+    with pytest.raises(DataError, match=r"c\.jsonl:1 \(passage p1\): unknown field\(s\) 'contents'; known: id, t"):
+        read_passages(tmp_path / "c.jsonl")
     with pytest.raises(ConfigError, match="references has no 'bsae'; known references: base, single_agent"):
         Config().reference("bsae")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,6 +57,15 @@ def refuse_rows(problems: list[str], origin: str, limit: int = 5) -> None:
         raise DataError(f"{origin}: {len(problems)} row(s) refused: {'; '.join(problems[:limit])}{more}")
 
 
+def _refuse_unknown_fields(row: dict, kind: type, where: str) -> None:
+    """Refuse a field `kind` (a dataclass of this module) does not have: a misspelt optional field
+    ("supporting_pasage_ids") would otherwise read as empty."""
+    known = {f.name for f in fields(kind)}
+    if unknown := sorted(set(row) - known):
+        listed = ", ".join(map(repr, unknown))
+        raise DataError(f"{where}: unknown field(s) {listed}; known: {', '.join(sorted(known))}")
+
+
 def _require(row: dict, key: str, kind: type, where: str) -> Any:
     """Return row[key] if present and of `kind`, else raise DataError naming the field and the row."""
     if key not in row:
@@ -90,6 +99,7 @@ class Passage:
     def from_json(cls, row: dict, where: str) -> Passage:
         pid = _require(row, "id", str, where)
         where = f"{where} (passage {pid})"
+        _refuse_unknown_fields(row, cls, where)
         return cls(pid, _require(row, "title", str, where), _require(row, "text", str, where))
 
 
@@ -119,6 +129,7 @@ class SubQuestion:
             raise DataError(
                 f"{where}: should be an object {{question, answer, passage_ids}}, got {type(row).__name__}"
             )
+        _refuse_unknown_fields(row, cls, where)
         ids = _strings(row.get("passage_ids", []), "passage_ids", where)
         return cls(_require(row, "question", str, where), _require(row, "answer", str, where), ids)
 
@@ -153,6 +164,7 @@ class Question:
     def from_json(cls, row: dict, where: str) -> Question:
         qid = _require(row, "id", str, where)
         where = f"{where} (question {qid})"
+        _refuse_unknown_fields(row, cls, where)
         steps = row.get("decomposition", [])
         if not isinstance(steps, list):
             raise DataError(f"{where}: field 'decomposition' should be a list")
