@@ -214,6 +214,10 @@ A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question fi
         ),
         ({"tracking": {"uri": "sqlite://"}}, r"tracking\.uri: sqlite:// is an in-memory database: every run would"),
         ({"tracking": {"uri": " "}}, r"tracking\.uri: blank; use sqlite:///mlflow\.db"),
+        (  # a 27-line traceback from the stage's server check
+            {"tracking": {"uri": "http://[::1"}},
+            r"tracking\.uri: http://\[::1 is not a valid URL \(Invalid IPv6 URL\)",
+        ),
         (  # ignored in silence: every row of the NQ-open file was read
             {"data": {"questions": [{**A_FILE, "kind": "nq_open", "source_filter": "tq"}]}},
             r"data\.questions\.0\.source_filter: a nq_open source does not read source_filter \(it would be "

@@ -36,7 +36,7 @@ from centralrl.errors import ConfigError
 from centralrl.models.backbone import DTYPES, SOURCES
 from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES, QUESTION_SAMPLINGS
 from centralrl.redact import has_credentials, redact
-from centralrl.services import is_file_store
+from centralrl.services import is_file_store, url_problem
 
 DEFAULT_PROFILE = "default"
 MATRIX_AXES = ("seeds", "backbones", "references", "arms")  # expanded by dvc.yaml from params.yaml itself
@@ -563,6 +563,8 @@ class TrackingConfig(Section):
                 f"scheme {scheme!r} is not an MLflow tracking store; use one of {', '.join(TRACKING_SCHEMES)} "
                 "(a database scheme may name its driver, e.g. postgresql+psycopg2)"
             )
+        if (problem := url_problem(uri)) is not None:
+            raise ValueError(f"{redact(uri)} is not a valid URL ({problem})")
         return uri
 
     transcripts: int = Field(5, ge=0, description="readable transcripts logged per evaluation")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -454,11 +455,48 @@ def unusable_sqlite_file(uri: str) -> str | None:
     return folder_refuses_files(store)
 
 
+def url_problem(url: str) -> str | None:
+    """Why urllib cannot take `url` apart (an unclosed IPv6 bracket, a port that is no number), or None."""
+    try:
+        urllib.parse.urlsplit(url).port  # parsing the port is the check
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def answers_as_mlflow(uri: str, timeout: float = 5.0) -> bool:
+    """Whether the server at `uri` answers MLflow's REST API: JSON from GET experiments/get-by-name (the
+    experiment or MLflow's RESOURCE_DOES_NOT_EXIST), or 401/403 from one that wants credentials. Another web
+    server (the Prefect UI's port, a proxy's page) answers /health too, and the stage failed after its work."""
+    parts = urllib.parse.urlsplit(uri)
+    netloc = parts.netloc.rpartition("@")[2]  # credentials are not sent: a server that wants them says 401
+    query = urllib.parse.urlencode({"experiment_name": "Default"})
+    api = urllib.parse.urlunsplit(
+        (parts.scheme, netloc, parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name", query, "")
+    )
+    try:
+        with urllib.request.urlopen(api, timeout=timeout) as answer:
+            body = answer.read()
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            return True
+        body = error.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    try:
+        return isinstance(reply := json.loads(body), dict) and ("experiment" in reply or "error_code" in reply)
+    except ValueError:
+        return False
+
+
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
     """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
-    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes),
-    a database whose driver this machine lacks (`missing_driver`), or a sqlite file that cannot be the store
-    (`unusable_sqlite_file`). A file store is not checked."""
+    `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes), or
+    a server there that is not MLflow (`answers_as_mlflow`), a database whose driver this machine lacks
+    (`missing_driver`), or a sqlite file that cannot be the store (`unusable_sqlite_file`). A file store is not
+    checked."""
+    if (problem := url_problem(uri)) is not None:
+        raise TrackingError(f"tracking.uri {redact(uri)}: not a valid URL ({problem})")
     scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
     if scheme in DATABASES:
         problem = missing_driver(uri) or unusable_sqlite_file(uri)
@@ -473,12 +511,18 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
             f"tracking.uri {redact(uri)}: no MLflow server answers ({reason}); start one (make ui) or set "
             "tracking.uri to sqlite:///mlflow.db"
         )
+    if not answers_as_mlflow(uri, timeout):
+        raise TrackingError(
+            f"tracking.uri {redact(uri)}: a server answers there, but not MLflow's REST API (GET "
+            "/api/2.0/mlflow/experiments/get-by-name); check the host and port (make ui serves MLflow on 5000, "
+            "Prefect on 4200)"
+        )
 
 
 def check_prefect_api(url: str, timeout: float = 5.0) -> None:
     """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL or no Prefect server answers
     there, instead of Prefect's traceback after its retries."""
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    if url_problem(url) is not None or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
     reason = unanswered(url, timeout)
     if reason is not None:
