@@ -42,6 +42,7 @@ from typing import NoReturn
 from centralrl.errors import USER_OS_ERRORS, CentralRLError, ConfigError
 from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
+from centralrl.schema import examples
 
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
@@ -99,12 +100,37 @@ def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[Input
     return None
 
 
-class StageParser(argparse.ArgumentParser):
-    """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`)."""
+def foreign_folder_problem(path: str, marks: str) -> str | None:
+    """Why the output folder `path` may not be replaced, or None: it holds files, none matching `marks` (a glob
+    of what the stage always writes there), so it is not an earlier output of the stage: a mistyped flag would
+    have deleted someone's folder whole."""
+    folder = Path(path)
+    if not folder.is_dir() or any(folder.glob(marks)):
+        return None
+    held = sorted(item.name for item in folder.iterdir())
+    if not held:
+        return None
+    return (
+        f"{path} holds {examples(held, 3)} but no {marks}: not an earlier output of this stage, which replaces "
+        "its folder whole; name a new or empty folder"
+    )
 
-    def add_output(self, flag: str, what: str, folder: bool = False) -> None:
-        """A required output flag (a folder when `folder`), checked with the others when parsed."""
-        self.add_argument(flag, type=OutputFolder if folder else OutputFile, required=True, help=f"output: {what}")
+
+class StageParser(argparse.ArgumentParser):
+    """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`),
+    and an output folder that holds something else (`foreign_folder_problem`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.folder_marks: dict[str, str] = {}
+
+    def add_output(self, flag: str, what: str, marks: str | None = None) -> None:
+        """A required output flag, checked with the others when parsed; a folder when `marks` is given: a glob
+        of the files the stage always writes in it (how an earlier output is told from someone else's folder)."""
+        kind = OutputFile if marks is None else OutputFolder
+        self.add_argument(flag, type=kind, required=True, help=f"output: {what}")
+        if marks is not None:
+            self.folder_marks[flag] = marks
 
     def parse_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -119,6 +145,9 @@ class StageParser(argparse.ArgumentParser):
 
             inputs["--params"].append(InputPath(profiles_folder(parsed.params)))
         problem = outputs_problem(outputs, inputs)
+        for flag, marks in self.folder_marks.items():
+            if problem is None and (foreign := foreign_folder_problem(outputs[flag], marks)) is not None:
+                problem = f"{flag}: {foreign}"
         if problem is not None:
             self.error(problem)
         return parsed

@@ -264,6 +264,17 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
             + ["--state", "ad/state"],
             "--state ad/state is inside --adapters's folder ad, which the stage replaces whole",
         ),
+        (  # deleted the folder and what it held, exit 0
+            "build_index",
+            ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "mine", "--metrics", "r.json"],
+            "--index: mine holds 'notes.txt' but no manifest.json: not an earlier output of this stage, which replac",
+        ),
+        (
+            "evaluate",
+            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
+            + ["--out", "mine", "--metrics", "m.json"],
+            "--out: mine holds 'notes.txt' but no **/records.jsonl",
+        ),
         (  # replaced the params file with the model's metrics, exit 0
             "prepare_model",
             ["--backbone", "main", "--out", "model", "--metrics", "params.yaml"],
@@ -282,11 +293,14 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
     ],
 )
 def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_starts(tmp_path, stage, arguments, named):
-    """A folder in an output file's place, two outputs on one path, an output inside another's folder, or flags
-    that only an arm reads: a usage error naming them, before anything is read or written (a folder in the way
-    was found at the last write, with the other outputs already written)."""
+    """A folder in an output file's place, two outputs on one path, an output inside another's folder, a folder
+    output holding someone else's files, or flags that only an arm reads: a usage error naming them, before
+    anything is read or written (a folder in the way was found at the last write, with the other outputs
+    already written)."""
     write_params(tmp_path)
     (tmp_path / "taken").mkdir()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
     before = sorted(tmp_path.rglob("*"))
     done = run(["-m", f"stages.{stage}", "--params", "params.yaml", *arguments], tmp_path)
     assert done.returncode == 2 and named in done.stderr, done.stderr
