@@ -21,7 +21,7 @@ from prefect.utilities.annotations import quote
 from centralrl.config import RetrievalConfig, load_config
 from centralrl.errors import DataError, ServiceUnavailable
 from centralrl.io import atomic_directory, write_json
-from centralrl.retrieval import Retriever, build_retrievers, save_index
+from centralrl.retrieval import Retriever, build_retrievers, check_servers, save_index
 from centralrl.retrieval.recall import check_ks, recall_table
 from centralrl.schema import (
     Passage,
@@ -90,6 +90,7 @@ def indexing_flow(
 ) -> dict:
     config = load_config(params_path)
     cfg = config.retrieval
+    check_servers(cfg, backends_to_measure(cfg))
     questions = {}  # read and checked before the build, which can take hours
     for path in question_files:
         questions[Path(path).stem] = read_questions(path)

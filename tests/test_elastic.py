@@ -304,6 +304,22 @@ def test_the_index_flow_hashes_no_task_inputs(fake: FakeElasticsearch, prefect_s
     assert "cache key" not in capfd.readouterr().err
 
 
+def test_the_index_flow_names_a_cluster_that_is_down_before_reading_the_corpus(prefect_server, tmp_path) -> None:
+    """It read the corpus (minutes for wiki-18) and then failed; here the corpus is not even there, and the
+    cluster is named, not the missing file."""
+    from flows.indexing import indexing_flow
+
+    url = f"http://127.0.0.1:{free_port()}"
+    es = {"url": url, "max_retries": 0}
+    params = write_params(
+        tmp_path,
+        {"retrieval": {"backend": "hybrid", "hybrid": {"backends": ["elasticsearch", "dense"]}, "elasticsearch": es}},
+    )
+    gone = str(tmp_path / "gone.jsonl")
+    with pytest.raises(ServiceUnavailable, match=rf"Elasticsearch at {url} unreachable during checking cluster"):
+        indexing_flow(str(params), gone, [gone], str(tmp_path / "index"), str(tmp_path / "recall.json"))
+
+
 def test_the_compose_files_default_to_a_server_the_installed_client_supports() -> None:
     """Elastic's clients work with a server of their own minor version or newer; the compose files defaulted to
     9.0.2 while the client installed was 9.5."""

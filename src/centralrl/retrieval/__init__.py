@@ -67,10 +67,25 @@ def _hybrid(components: dict[str, Retriever], cfg: RetrievalConfig) -> Retriever
     return HybridRetriever(components, cfg.hybrid)
 
 
+def base_backends(cfg: RetrievalConfig, backends: Sequence[str]) -> set[str]:
+    """The base backends that `backends` build: each itself, or what a hybrid fuses."""
+    return {name for backend in backends for name in (cfg.hybrid.backends if backend == "hybrid" else [backend])}
+
+
+def check_servers(cfg: RetrievalConfig, backends: Sequence[str]) -> None:
+    """Raise `ServiceUnavailable` (after the backend's retries) when `backends` need an Elasticsearch cluster that
+    does not answer: before a corpus of millions of passages is read, not after."""
+    if "elasticsearch" in base_backends(cfg, backends):
+        from centralrl.retrieval.elastic import ElasticsearchIndex
+
+        with ElasticsearchIndex.from_config(cfg) as cluster:
+            cluster.health()
+
+
 def build_retrievers(passages: Sequence[Passage], cfg: RetrievalConfig, backends: Sequence[str]) -> dict:
     """{backend: Retriever} over `passages` for each of `backends`; each base backend is built once, and a
     hybrid fuses those same retrievers."""
-    needed = {name for backend in backends for name in (cfg.hybrid.backends if backend == "hybrid" else [backend])}
+    needed = base_backends(cfg, backends)
     built = {name: _build_base(passages, cfg, name) for name in BASE_BACKENDS if name in needed}
     if "hybrid" in backends:
         built["hybrid"] = _hybrid(built, cfg)
