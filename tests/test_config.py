@@ -290,15 +290,18 @@ def test_a_tracking_uri_of_no_tracking_store_is_refused_at_load(tmp_path, uri):
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
-def test_an_empty_params_file_is_refused(tmp_path, text):
-    """It became the whole default experiment without a word."""
+def test_an_empty_params_or_profile_file_is_refused(tmp_path, text):
+    """It became the whole default experiment without a word; an empty profile, the default under its name."""
     params = write_params(tmp_path)
     params.write_text(text)
     with pytest.raises(ConfigError, match=r"params\.yaml is empty: it holds no params, only blank lines or comments"):
         load_config(params)
     params.write_text("profile: smoke\n")  # a partial file still overlays the code defaults
     assert load_config(params).profile == "smoke"
-    (tmp_path / "profiles" / "smoke.yaml").write_text("# an empty profile overlays nothing\n")
+    (tmp_path / "profiles" / "smoke.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"smoke\.yaml is empty: .*or write \{\} for a profile that changes nothing"):
+        load_config(params)
+    (tmp_path / "profiles" / "smoke.yaml").write_text("{}  # overlays nothing\n")
     assert load_config(params).data.synthetic.n_people == Config().data.synthetic.n_people
 
 

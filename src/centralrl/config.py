@@ -1170,21 +1170,18 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _read_yaml(path: Path, empty_ok: bool = True) -> dict:
-    """The mapping of a YAML file; an empty one (blank lines and comments only) is {} where `empty_ok`."""
+def _read_yaml(path: Path, empty: str) -> dict:
+    """The mapping of a YAML file; an empty one (blank lines and comments only) is refused, `empty` saying
+    what to do instead: an empty params file would have run the whole default experiment, and an empty profile
+    the default under the profile's name."""
     stream = io.StringIO(_read_text(path))
     stream.name = str(path)  # so YAML's messages name the file
     try:
         loaded = yaml.load(stream, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if loaded is None and not empty_ok:  # it would have run the whole default experiment
-        raise ConfigError(
-            f"{path} is empty: it holds no params, only blank lines or comments; restore them (the "
-            "repository's params.yaml sets every one)"
-        )
-    if loaded is None:  # an empty profile overlays nothing
-        return {}
+    if loaded is None:
+        raise ConfigError(f"{path} is empty: it holds no params, only blank lines or comments; {empty}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of params at the top level")
     return loaded
@@ -1277,7 +1274,7 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
     if not params_path.is_file():
         kind = "a folder, not a params file" if params_path.is_dir() else "params file not found"
         raise ConfigError(f"{params_path}: {kind}")
-    file_params = _read_yaml(params_path, empty_ok=False)
+    file_params = _read_yaml(params_path, "restore them (the repository's params.yaml sets every one)")
     raw = deep_merge(file_params, overrides or {})  # a new mapping: file_params stays as the file says
     profile = raw.get("profile", DEFAULT_PROFILE)
     overlay_file = profile_path(params_path, str(profile))
@@ -1301,7 +1298,7 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
             f"profile: no profile {profile!r} ({overlay_file} not found); known: "
             f"{_known_profiles(overlay_file.parent)}"
         )
-    overlay = _read_yaml(overlay_file)
+    overlay = _read_yaml(overlay_file, "restore it, or write {} for a profile that changes nothing (as default.yaml)")
     if "profile" in overlay:
         raise ConfigError(f"{overlay_file}: a profile file must not set 'profile'")
     conflicts = _overridden_changes(file_params, overlay, Config().model_dump(mode="json"))
