@@ -153,8 +153,15 @@ class StageParser(argparse.ArgumentParser):
         return parsed
 
 
-def check_cell(cfg, params: str, backbone: str, seed: int | None = None) -> None:
-    """Refuse a cell outside the matrix (`backbones`, `seeds` in params): no compare stage would ever read it."""
+def check_cell(
+    cfg, params: str, backbone: str, seed: int | None = None, arm: str | None = None, reference: str | None = None
+) -> None:
+    """Refuse a cell outside the matrix (`backbones`, `seeds`, `arms`, `references` in params): no compare stage
+    would ever read it. Before the stage's flow starts (an unknown arm was found inside it, seconds later)."""
+    if arm is not None:
+        cfg.arm(arm)
+    if reference is not None:
+        cfg.reference(reference)
     if backbone not in cfg.backbones:
         raise ConfigError(f"--backbone {backbone} is not one of backbones {cfg.backbones} in {params}")
     if seed is not None and seed not in cfg.seeds:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     from centralrl.config import load_config
     from flows.evaluation import evaluation_flow
 
-    check_cell(load_config(args.params), args.params, args.backbone, args.seed)
+    check_cell(load_config(args.params), args.params, args.backbone, args.seed, args.arm, args.reference)
 
     results = evaluation_flow(
         args.params,

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from centralrl.distributed import World, launch, needs_launch
 
     cfg = load_config(args.params)
-    check_cell(cfg, args.params, args.backbone, args.seed)
+    check_cell(cfg, args.params, args.backbone, args.seed, arm=args.arm)
     if needs_launch(cfg.train.processes):
         sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
     from centralrl.rl.run import train_cell

@@ -625,14 +625,16 @@ CELL_PATHS = {
 
 @pytest.mark.parametrize("stage", ["train", "evaluate"])
 @pytest.mark.parametrize(
-    ("seed", "backbone", "named"),
+    ("seed", "backbone", "arm", "named"),
     [
-        (7, "main", r"--seed 7 is not one of seeds \[0, 1, 2\]"),
-        (0, "large", r"--backbone large is not one of backbones"),
+        (7, "main", "joint", r"--seed 7 is not one of seeds \[0, 1, 2\]"),
+        (0, "large", "joint", r"--backbone large is not one of backbones"),
+        (0, "main", "jnt", r"arms has no 'jnt'; known arms: central_only, joint"),  # was found inside the flow
     ],
 )
-def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, named):
-    """A seed or backbone that params define but the matrix does not run: no compare stage would read the cell."""
+def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, arm, named):
+    """A seed or backbone that params define but the matrix does not run, or an arm params do not define: no
+    compare stage would read the cell."""
     import importlib
 
     params = write_params(
@@ -641,7 +643,7 @@ def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, n
     paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
     with pytest.raises(ConfigError, match=named):
         importlib.import_module(f"stages.{stage}").main(
-            ["--params", str(params), "--arm", "joint", "--seed", str(seed), "--backbone", backbone, *paths]
+            ["--params", str(params), "--arm", arm, "--seed", str(seed), "--backbone", backbone, *paths]
         )
 
 
