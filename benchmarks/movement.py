@@ -35,11 +35,13 @@ if __name__ == "__main__":  # the command line before the heavy imports below: -
 
 import json
 import time
+from pathlib import Path
 
 import torch
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.config import load_config
+from centralrl.errors import DataError
 from centralrl.harness.episodes import run_central
 from centralrl.io import write_json
 from centralrl.movement import batch_prefix, call_movement, movement_batches
@@ -61,8 +63,11 @@ def main(args: argparse.Namespace) -> None:
     out = check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
+    questions = [q for q in read_questions(args.questions) if q.split == "test"]  # inputs before the model loads
+    if not Path(args.adapters).is_dir():
+        where = "a cut's: train/<backbone>/<arm>/seed<s>/adapters/<budget>"
+        raise DataError(f"--adapters {args.adapters}: no such folder ({where})")
     policy = trained_policy(cfg, args.backbone, args.model, args.adapters, args.arm)
-    questions = [q for q in read_questions(args.questions) if q.split == "test"]
     episodes = run_central(questions, policy, open_retriever(cfg.retrieval, args.index), run_settings(cfg, True, 0))
     calls = [c for e in episodes for c in e.calls if c.adapter is not None and c.completion_ids]
     pad, size = policy.tokenizer.pad_token_id, policy.batch_size
