@@ -370,6 +370,24 @@ def test_questions_sharing_only_a_musique_template_are_not_left_out():
     assert {q.id for q in training} == ({"m1"} if dev[0].id != "m1" else {"m2", "m3"})
 
 
+def test_a_training_question_asking_a_dev_hop_from_its_other_side_is_left_out():
+    """ "Who is Y married to?" asks the fact of "Who is X married to?": it was compared as asked and trained on
+    (the synthetic world keeps its test split apart by such facts)."""
+    from centralrl.config import DevConfig
+    from centralrl.data.split import split_dev
+    from centralrl.schema import Question, SubQuestion
+
+    def married(qid: str, who: str, spouse: str) -> Question:
+        step = SubQuestion(f"Who is {who} married to?", spouse, ())
+        return Question(qid, f"Who is the spouse of {who}?", (spouse,), "toy", "train", decomposition=(step,))
+
+    questions = [married("ann", "Ann Lee", "Bo Park"), married("bo", "Bo Park", "Ann Lee"), married("cy", "Cy", "Di")]
+    training, held = split_dev(questions, DevConfig(questions=1, seed=0))
+    kept = {q.id for q in training}
+    assert "cy" in kept and held[0].id != "cy"  # this seed holds one of the couple out
+    assert kept == {"cy"}  # and the other side of that marriage goes with it
+
+
 def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_a_step(tmp_path):
     from centralrl.config import Config
     from centralrl.evaluation import budget_cuts

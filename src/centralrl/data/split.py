@@ -14,10 +14,10 @@ decomposition: the synthetic world, MuSiQue): a dev question whose hop GRPO was 
 training, not the transfer. A hop is its sub-question with MuSiQue's placeholders filled in ("#1 >> country"
 names step 1's answer), so two questions that only share a template do not count. In the default world 13 of
 the 224 other training questions share a hop with the 16 dev questions, all 2-hop (drawn at random: 15, 14 of them
-2-hop; in stop 57's world 19, 17). Sub-questions are compared as asked: the synthetic world keeps its test
-split out of training by facts, a marriage from either side (`synthetic._fact`), but without the passages this
-split cannot see that "Who is X married to?" and "Who is Y married to?" are one fact (the default's dev seed
-draws no such pair; some other seeds do). The dev questions may share a hop with one another. The data stage
+2-hop; in stop 57's world 19, 17). A hop asked from its other side counts too: "Who is Y married to?" (X) asks
+the fact of "Who is X married to?" (Y), as the synthetic world keeps its test facts out of training
+(`synthetic._fact`, which has the passages; here the texts show it: each answer names the other's subject in
+one template). The dev questions may share a hop with one another. The data stage
 checks that enough questions are left (`training_left`), so a run does not fail on it after the warm start.
 """
 
@@ -35,13 +35,13 @@ from centralrl.seeding import derive_seed
 PLACEHOLDER = re.compile(r"#(\d+)")
 
 
-def hops(question: Question) -> set[str]:
-    """The question's sub-questions, each placeholder "#k" replaced by step k's answer.
+def hops(question: Question) -> list[tuple[str, str]]:
+    """The question's (sub-question, answer) pairs, each placeholder "#k" replaced by step k's answer.
 
     >>> from centralrl.schema import SubQuestion
     >>> steps = (SubQuestion("Who wrote Brand?", "Henrik Ibsen"), SubQuestion("#1 >> country", "Norway"))
-    >>> sorted(hops(Question("m", "?", ("Norway",), "musique", "train", decomposition=steps)))
-    ['Henrik Ibsen >> country', 'Who wrote Brand?']
+    >>> hops(Question("m", "?", ("Norway",), "musique", "train", decomposition=steps))
+    [('Who wrote Brand?', 'Henrik Ibsen'), ('Henrik Ibsen >> country', 'Norway')]
     """
     answers = [step.answer for step in question.decomposition]
 
@@ -49,7 +49,25 @@ def hops(question: Question) -> set[str]:
         k = int(match.group(1))
         return answers[k - 1] if 1 <= k <= len(answers) else match.group(0)
 
-    return {PLACEHOLDER.sub(answer, step.question) for step in question.decomposition}
+    return [(PLACEHOLDER.sub(answer, step.question), step.answer) for step in question.decomposition]
+
+
+def reversed_hop(hop: tuple[str, str], other: tuple[str, str]) -> bool:
+    """Whether `hop` asks `other`'s fact from its other side: each answer is the other's subject, in one template.
+
+    >>> reversed_hop(("Who is Ann married to?", "Bo"), ("Who is Bo married to?", "Ann"))
+    True
+    >>> reversed_hop(("Who founded Acme?", "Bo"), ("Who is Bo married to?", "Ann"))
+    False
+    """
+    (text, answer), (other_text, other_answer) = hop, other
+    return other_answer in text and text.replace(other_answer, answer) == other_text
+
+
+def _shares_a_hop(question: Question, asked: list[tuple[str, str]]) -> bool:
+    """Whether `question` asks a hop of `asked` (dev questions' hops), as asked or from its other side."""
+    texts = {text for text, _ in asked}
+    return any(hop[0] in texts or any(reversed_hop(hop, other) for other in asked) for hop in hops(question))
 
 
 def split_dev(
@@ -65,8 +83,8 @@ def split_dev(
         )
     held = _held(questions, dev)
     dev_questions = [questions[i] for i in sorted(held)]
-    asked = set().union(*map(hops, dev_questions))
-    training = [q for i, q in enumerate(questions) if i not in held and asked.isdisjoint(hops(q))]
+    asked = [hop for question in dev_questions for hop in hops(question)]
+    training = [q for i, q in enumerate(questions) if i not in held and not _shares_a_hop(q, asked)]
     if not training:
         raise DataError(
             f"{source}: each of its {len(questions) - dev.questions} questions outside the dev split "
