@@ -18,7 +18,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--questions", type=InputPath, required=True, nargs="+", help="inputs: question files to measure recall on"
     )
-    parser.add_output("--index", "index directory", marks="manifest.json")
+    parser.add_output("--index", "index directory", marks=("manifest.json",))
     parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)")
     args = parser.parse_args(argv)
     named: dict[str, str] = {}

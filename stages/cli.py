@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from centralrl.config import profiles_folder
 from centralrl.errors import USER_OS_ERRORS, CentralRLError, ConfigError
 from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
@@ -100,19 +101,22 @@ def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[Input
     return None
 
 
-def foreign_folder_problem(path: str, marks: str) -> str | None:
-    """Why the output folder `path` may not be replaced, or None: it holds files, none matching `marks` (a glob
-    of what the stage always writes there), so it is not an earlier output of the stage: a mistyped flag would
-    have deleted someone's folder whole."""
+def foreign_folder_problem(path: str, marks: tuple[str, ...]) -> str | None:
+    """Why the output folder `path` may not be replaced, or None: it holds files, none matching `marks` (globs
+    of what the stage always writes there, none recursive: a folder above an earlier output is not one), so it
+    is not an earlier output of the stage: a mistyped flag would have deleted someone's folder whole."""
     folder = Path(path)
-    if not folder.is_dir() or any(folder.glob(marks)):
-        return None
-    held = sorted(item.name for item in folder.iterdir())
+    try:
+        if not folder.is_dir() or any(match for mark in marks for match in folder.glob(mark)):
+            return None
+        held = sorted(item.name for item in folder.iterdir())
+    except OSError as error:
+        return f"{path} cannot be listed ({error.strerror})"
     if not held:
         return None
     return (
-        f"{path} holds {examples(held, 3)} but no {marks}: not an earlier output of this stage, which replaces "
-        "its folder whole; name a new or empty folder"
+        f"{path} holds {examples(held, 3)} but not {' or '.join(marks)}: not an earlier output of this stage, "
+        "which replaces its folder whole; name a new or empty folder"
     )
 
 
@@ -122,14 +126,13 @@ class StageParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.folder_marks: dict[str, str] = {}
+        self.folder_marks: dict[str, tuple[str, ...]] = {}
 
-    def add_output(self, flag: str, what: str, marks: str | None = None) -> None:
-        """A required output flag, checked with the others when parsed; a folder when `marks` is given: a glob
+    def add_output(self, flag: str, what: str, marks: tuple[str, ...] = ()) -> None:
+        """A required output flag, checked with the others when parsed; a folder when `marks` are given: globs
         of the files the stage always writes in it (how an earlier output is told from someone else's folder)."""
-        kind = OutputFile if marks is None else OutputFolder
-        self.add_argument(flag, type=kind, required=True, help=f"output: {what}")
-        if marks is not None:
+        self.add_argument(flag, type=OutputFolder if marks else OutputFile, required=True, help=f"output: {what}")
+        if marks:
             self.folder_marks[flag] = marks
 
     def parse_args(
@@ -140,10 +143,7 @@ class StageParser(argparse.ArgumentParser):
         outputs = {flag: path for flag, path in given.items() if isinstance(path, OutputFile)}
         listed = {flag: value if isinstance(value, list) else [value] for flag, value in given.items()}
         inputs = {flag: paths for flag, paths in listed.items() if paths and isinstance(paths[0], InputPath)}
-        if "--params" in inputs:  # the stage reads its profile overlays too
-            from centralrl.config import profiles_folder
-
-            inputs["--params"].append(InputPath(profiles_folder(parsed.params)))
+        inputs["--params"].append(InputPath(profiles_folder(parsed.params)))  # its profile overlays are read too
         problem = outputs_problem(outputs, inputs)
         for flag, marks in self.folder_marks.items():
             if problem is None and (foreign := foreign_folder_problem(outputs[flag], marks)) is not None:
@@ -158,10 +158,10 @@ def check_cell(
 ) -> None:
     """Refuse a cell outside the matrix (`backbones`, `seeds`, `arms`, `references` in params): no compare stage
     would ever read it. Before the stage's flow starts (an unknown arm was found inside it, seconds later)."""
-    if arm is not None:
-        cfg.arm(arm)
-    if reference is not None:
-        cfg.reference(reference)
+    if arm is not None and arm not in cfg.arms:
+        raise ConfigError(f"--arm {arm} is not one of arms {list(cfg.arms)} in {params}")
+    if reference is not None and reference not in cfg.references:
+        raise ConfigError(f"--reference {reference} is not one of references {list(cfg.references)} in {params}")
     if backbone not in cfg.backbones:
         raise ConfigError(f"--backbone {backbone} is not one of backbones {cfg.backbones} in {params}")
     if seed is not None and seed not in cfg.seeds:

@@ -23,7 +23,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--adapters", type=InputPath, help="with --arm: input, the cell's adapters, one folder per budget (train)"
     )
     parser.add_argument("--budgets", type=InputPath, help="with --arm: input, where each budget cut the run (train)")
-    parser.add_output("--out", "records.jsonl and transcripts.md (per budget for an arm)", marks="**/records.jsonl")
+    parser.add_output(
+        "--out", "records.jsonl and transcripts.md (per budget for an arm)", marks=("records.jsonl", "*/records.jsonl")
+    )
     parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)")
     parser.add_argument(
         "--movement",

@@ -21,7 +21,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", type=InputPath, required=True, help="input: the starting checkpoint (warmstart)")
     parser.add_argument("--index", type=InputPath, required=True, help="input: index directory (build_index)")
     parser.add_argument("--train", type=InputPath, required=True, help="input: training questions (JSONL)")
-    parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", marks="*/*/adapter_config.json")
+    parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", marks=("*/*/adapter_config.json",))
     parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)")
     parser.add_output("--history", "per-step metrics (JSONL)")
     parser.add_output("--metrics", "summary of the run (JSON)")

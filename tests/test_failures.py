@@ -180,18 +180,44 @@ def test_a_sqlite_store_that_cannot_be_one_stops_a_tracked_stage_before_its_work
     assert named.format(tmp=tmp_path) in done.stderr and not (tmp_path / "typo").exists()
 
 
-def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
+class _MlflowLike(http.server.BaseHTTPRequestHandler):
+    """Answers MLflow's REST API as a server without the experiment does; everything else (/health) 501."""
+
+    def do_GET(self) -> None:
+        if "/api/2.0/mlflow/experiments/get-by-name" not in self.path:
+            return self.send_error(501)  # as BaseHTTPRequestHandler answers /health: a proxy might
+        body = json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such experiment"}).encode()
+        self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_tracking_server_is_one_that_answers_mlflows_api(tmp_path):
+    """Any HTTP answer at /health, then MLflow's JSON from its REST API: a web server that is not MLflow (a
+    wrong port) passed and the stage failed after its work."""
     from centralrl.errors import TrackingError
     from centralrl.services import check_reachable
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
-    threading.Thread(target=server.handle_request, daemon=True).start()
-    check_reachable(f"http://127.0.0.1:{server.server_port}/mlflow")
-    server.server_close()
+    for handler, works in ((_MlflowLike, True), (http.server.BaseHTTPRequestHandler, False)):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            if works:
+                check_reachable(f"http://u:pw@127.0.0.1:{server.server_port}/mlflow")
+            else:
+                with pytest.raises(TrackingError, match=r"answers /health there, but not as MLflow \(GET .* HTTP 501"):
+                    check_reachable(f"http://127.0.0.1:{server.server_port}")
+        finally:
+            server.shutdown()
+            server.server_close()
     check_reachable(f"sqlite:///{tmp_path}/mlflow.db")  # a store, not a server: nothing to check
     with pytest.raises(TrackingError, match="no MLflow server answers"):
         check_reachable(f"http://127.0.0.1:{server.server_port}", timeout=2)
-    with pytest.raises(TrackingError, match="http://127.0.0.1:99999: no MLflow server answers"):
+    with pytest.raises(TrackingError, match=r"http://127.0.0.1:99999: not a valid URL \(Port out of range"):
         check_reachable("http://127.0.0.1:99999")
     with pytest.raises(TrackingError, match=r"u:\*\*\*@db/m: its driver module 'psycopg2' is not installed"):
         check_reachable("postgresql+psycopg2://u:pw@db/m")  # was: MLflow's traceback after the stage's work
@@ -202,7 +228,7 @@ def test_any_http_answer_means_a_tracking_server_is_there(tmp_path):
     [
         ("http://127.0.0.1:{port}/api", "no Prefect server answers"),
         ("notaurl", "is not an http(s) URL"),
-        ("http://[::1", "is not an http(s) URL"),  # was a traceback: Invalid IPv6 URL
+        ("http://[::1", "is not a valid URL (Invalid IPv6 URL)"),  # was a traceback
     ],
 )
 def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, says):
@@ -267,13 +293,19 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
         (  # deleted the folder and what it held, exit 0
             "build_index",
             ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "mine", "--metrics", "r.json"],
-            "--index: mine holds 'notes.txt' but no manifest.json: not an earlier output of this stage, which replac",
+            "--index: mine holds 'notes.txt' but not manifest.json: not an earlier output of this stage, which repl",
         ),
         (
             "evaluate",
             ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
             + ["--out", "mine", "--metrics", "m.json"],
-            "--out: mine holds 'notes.txt' but no **/records.jsonl",
+            "--out: mine holds 'notes.txt' but not records.jsonl or */records.jsonl",
+        ),
+        (  # a folder above earlier evaluations (an arm's, the seed forgotten) is not one of them
+            "evaluate",
+            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
+            + ["--out", "arm", "--metrics", "m.json"],
+            "--out: arm holds 'seed0' but not records.jsonl or */records.jsonl",
         ),
         (  # replaced the params file with the model's metrics, exit 0
             "prepare_model",
@@ -301,6 +333,8 @@ def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_star
     (tmp_path / "taken").mkdir()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "arm" / "seed0" / "equal_steps").mkdir(parents=True)
+    (tmp_path / "arm" / "seed0" / "equal_steps" / "records.jsonl").write_text("{}\n")
     before = sorted(tmp_path.rglob("*"))
     done = run(["-m", f"stages.{stage}", "--params", "params.yaml", *arguments], tmp_path)
     assert done.returncode == 2 and named in done.stderr, done.stderr
@@ -647,7 +681,7 @@ CELL_PATHS = {
     [
         (7, "main", "joint", r"--seed 7 is not one of seeds \[0, 1, 2\]"),
         (0, "large", "joint", r"--backbone large is not one of backbones"),
-        (0, "main", "jnt", r"arms has no 'jnt'; known arms: central_only, joint"),  # was found inside the flow
+        (0, "main", "jnt", r"--arm jnt is not one of arms \['central_only', 'joint'\]"),  # was found in the flow
     ],
 )
 def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, arm, named):

@@ -416,15 +416,16 @@ def test_a_reader_that_stopped_early_ends_the_tool_as_it_ends_cat(tool):
     assert (done.returncode, done.stderr.decode()) == (141, "")
 
 
-def test_the_mlflow_check_counts_any_http_answer_as_the_stages_do():
-    """Any 4xx from /health was `missing`, while the stages (`services.unanswered`) start on any HTTP answer."""
+def test_the_mlflow_check_judges_a_server_as_the_stages_do():
+    """Any 4xx from /health was `missing`, while the stages (`services.unanswered`) start on any HTTP answer; and
+    a server that is not MLflow (the Prefect UI's port) was OK here while the stages refuse it."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to GET
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         check = plan.check_mlflow(url)
-        assert services.unanswered(url) is None
+        assert services.unanswered(url) is None and services.mlflow_api_problem(url) is not None
     finally:
         server.shutdown()
         server.server_close()
-    assert check.ok and check.reason == f"{url} answers, HTTP 501 at /health: is it an MLflow server?"
+    assert not check.ok and check.reason.startswith(f"{url} answers /health (HTTP 501) but not as MLflow: GET ")

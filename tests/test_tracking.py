@@ -114,27 +114,6 @@ def test_a_run_whose_server_stopped_is_closed_without_retrying_again(tmp_path, m
         services.stop(server)
 
 
-def test_a_server_that_answers_but_is_not_mlflow_is_named_before_the_work(tmp_path):
-    """A tracking.uri on another web server's port (a wrong port, the Prefect UI's) passed the startup check:
-    the stage ran its work and then failed in two tracebacks (MLflow's 404 on experiments/get-by-name)."""
-    import http.server
-    import threading
-
-    from centralrl import services
-    from centralrl.errors import TrackingError
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        uri = f"http://127.0.0.1:{server.server_address[1]}"
-        with pytest.raises(TrackingError, match=rf"tracking.uri {uri}: a server answers there, but not MLflow's"):
-            services.check_reachable(uri)
-    finally:
-        server.shutdown()
-    with pytest.raises(TrackingError, match=r"tracking.uri http://\[::1: not a valid URL \(Invalid IPv6 URL\)"):
-        services.check_reachable("http://[::1")
-
-
 DVC_YAML = """
 stages:
   prepare:

@@ -1170,8 +1170,8 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _read_yaml(path: Path, empty: str) -> dict:
-    """The mapping of a YAML file; an empty one (blank lines and comments only) is refused, `empty` saying
+def _read_yaml(path: Path, remedy: str) -> dict:
+    """The mapping of a YAML file; an empty one (blank lines and comments only) is refused, `remedy` saying
     what to do instead: an empty params file would have run the whole default experiment, and an empty profile
     the default under the profile's name."""
     stream = io.StringIO(_read_text(path))
@@ -1181,7 +1181,7 @@ def _read_yaml(path: Path, empty: str) -> dict:
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if loaded is None:
-        raise ConfigError(f"{path} is empty: it holds no params, only blank lines or comments; {empty}")
+        raise ConfigError(f"{path} is empty: it holds no params, only blank lines or comments; {remedy}")
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of params at the top level")
     return loaded

@@ -561,18 +561,22 @@ def check_smollm2() -> Check:
 
 
 def check_mlflow(uri: str) -> Check:
-    """An MLflow server answers at `uri` (its /health endpoint); credentials in `uri` go as basic auth. Any HTTP
-    answer counts, as in the stages' check (`services.unanswered`): a 401 may be a proxy that wants the
-    MLFLOW_TRACKING_USERNAME/PASSWORD the pipeline sends and this probe does not; its status is named."""
+    """An MLflow server answers at `uri`, as the stages check it: its /health endpoint answers (credentials in
+    `uri` go as basic auth; any HTTP status: a 401 may be a proxy that wants the MLFLOW_TRACKING_USERNAME/PASSWORD
+    the pipeline sends and this probe does not), and so does MLflow's REST API (`services.mlflow_api_problem`:
+    another web server on that port answers /health too)."""
+    from centralrl.services import mlflow_api_problem
+
     plain, credentials = split_credentials(uri)
     url = plain.rstrip("/") + "/health"
     request = urllib.request.Request(url)
     if credentials:
         request.add_header("Authorization", "Basic " + base64.b64encode(":".join(credentials).encode()).decode())
+    status = "HTTP 200"
     try:
         urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT).close()
     except urllib.error.HTTPError as error:
-        return Check("mlflow server", True, f"{uri} answers, HTTP {error.code} at /health: is it an MLflow server?")
+        status = f"HTTP {error.code}"
     except (urllib.error.URLError, OSError) as error:
         return Check(
             "mlflow server",
@@ -580,6 +584,9 @@ def check_mlflow(uri: str) -> Check:
             f"no answer at {uri} ({_short(error)}); start one: mlflow server "
             "--host 127.0.0.1 --port 5000, or set tracking.uri to sqlite:///mlflow.db",
         )
+    problem = mlflow_api_problem(uri, SERVICE_TIMEOUT)
+    if problem is not None:
+        return Check("mlflow server", False, f"{uri} answers /health ({status}) but not as MLflow: {problem}")
     return Check("mlflow server", True, f"{uri} answers")
 
 

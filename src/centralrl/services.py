@@ -43,7 +43,7 @@ from pathlib import Path
 from centralrl.errors import CentralRLError, TrackingError, is_known
 from centralrl.io import file_in_the_way, folder_refuses_files, scratch_folder
 from centralrl.processes import exit_with, tied_to_this_process
-from centralrl.redact import redact
+from centralrl.redact import redact, split_credentials
 
 HOST = "127.0.0.1"
 EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Exit)\b.*")  # a traceback's last line: `ValueError: ...`
@@ -363,12 +363,8 @@ def ui(
 def unanswered(url: str, timeout: float = 5.0) -> str | None:
     """Why nothing answers GET `<url>/health` within `timeout` seconds, or None when something does (any HTTP
     answer, even 401 or 404, means a server is there). For http(s) URLs: MLflow's and Prefect's APIs."""
-    parts = urllib.parse.urlsplit(url)
     try:
-        host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
-        netloc = f"{host}:{parts.port}" if parts.port else str(host)  # no user:password: urllib reads it as a port
-        health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
-        urllib.request.urlopen(health, timeout=timeout).close()
+        urllib.request.urlopen(endpoint(url, "/health"), timeout=timeout).close()
     except urllib.error.HTTPError:
         return None
     except (urllib.error.URLError, OSError, ValueError) as error:
@@ -456,43 +452,52 @@ def unusable_sqlite_file(uri: str) -> str | None:
 
 
 def url_problem(url: str) -> str | None:
-    """Why urllib cannot take `url` apart (an unclosed IPv6 bracket, a port that is no number), or None."""
+    """Why urllib cannot take an http(s) `url` apart (an unclosed IPv6 bracket, a port that is no number), or
+    None; other schemes are not urllib's to judge (databricks://scope:prefix, a multi-host database URI)."""
     try:
-        urllib.parse.urlsplit(url).port  # parsing the port is the check
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("http", "https"):
+            parts.port  # parsing the port is the check
     except ValueError as error:
         return str(error)
     return None
 
 
-def answers_as_mlflow(uri: str, timeout: float = 5.0) -> bool:
-    """Whether the server at `uri` answers MLflow's REST API: JSON from GET experiments/get-by-name (the
-    experiment or MLflow's RESOURCE_DOES_NOT_EXIST), or 401/403 from one that wants credentials. Another web
-    server (the Prefect UI's port, a proxy's page) answers /health too, and the stage failed after its work."""
-    parts = urllib.parse.urlsplit(uri)
-    netloc = parts.netloc.rpartition("@")[2]  # credentials are not sent: a server that wants them says 401
-    query = urllib.parse.urlencode({"experiment_name": "Default"})
-    api = urllib.parse.urlunsplit(
-        (parts.scheme, netloc, parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name", query, "")
-    )
+def endpoint(url: str, path: str, query: dict[str, str] | None = None) -> str:
+    """`url` without its credentials (urllib would read user:password as a port), with `path` appended."""
+    parts = urllib.parse.urlsplit(split_credentials(url)[0])
+    encoded = urllib.parse.urlencode(query or {})
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, encoded, ""))
+
+
+def mlflow_api_problem(uri: str, timeout: float = 5.0) -> str | None:
+    """Why the server at `uri` does not answer as MLflow's REST API, or None when it does: JSON from GET
+    experiments/get-by-name (the experiment, or MLflow's RESOURCE_DOES_NOT_EXIST), or 401/403 from a server that
+    wants the credentials this probe does not send. Another web server (the Prefect UI's port, a proxy's page)
+    answers /health too, and the stage failed after its work."""
+    api = endpoint(uri, "/api/2.0/mlflow/experiments/get-by-name", {"experiment_name": "Default"})
     try:
         with urllib.request.urlopen(api, timeout=timeout) as answer:
-            body = answer.read()
+            status, body = answer.status, answer.read()
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
-            return True
-        body = error.read()
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+            return None
+        status, body = error.code, error.read()
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return f"GET {redact(api)}: {getattr(error, 'reason', error)}"
     try:
-        return isinstance(reply := json.loads(body), dict) and ("experiment" in reply or "error_code" in reply)
+        reply = json.loads(body)
     except ValueError:
-        return False
+        reply = None
+    if isinstance(reply, dict) and ("experiment" in reply or "error_code" in reply):
+        return None
+    return f"GET {redact(api)} answered HTTP {status} without MLflow's JSON"
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
     """Raise `TrackingError` when `uri` is an MLflow server (http or https) that does not answer within
     `timeout` seconds, instead of MLflow's minutes of retries ending in a traceback (measured: 4.5 minutes), or
-    a server there that is not MLflow (`answers_as_mlflow`), a database whose driver this machine lacks
+    a server there that is not MLflow (`mlflow_api_problem`), a database whose driver this machine lacks
     (`missing_driver`), or a sqlite file that cannot be the store (`unusable_sqlite_file`). A file store is not
     checked."""
     if (problem := url_problem(uri)) is not None:
@@ -511,18 +516,19 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
             f"tracking.uri {redact(uri)}: no MLflow server answers ({reason}); start one (make ui) or set "
             "tracking.uri to sqlite:///mlflow.db"
         )
-    if not answers_as_mlflow(uri, timeout):
+    if (problem := mlflow_api_problem(uri, timeout)) is not None:
         raise TrackingError(
-            f"tracking.uri {redact(uri)}: a server answers there, but not MLflow's REST API (GET "
-            "/api/2.0/mlflow/experiments/get-by-name); check the host and port (make ui serves MLflow on 5000, "
-            "Prefect on 4200)"
+            f"tracking.uri {redact(uri)}: a server answers /health there, but not as MLflow ({problem}); check the "
+            "host and port (make ui serves MLflow on 5000, Prefect on 4200)"
         )
 
 
 def check_prefect_api(url: str, timeout: float = 5.0) -> None:
     """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL or no Prefect server answers
     there, instead of Prefect's traceback after its retries."""
-    if url_problem(url) is not None or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    if (problem := url_problem(url)) is not None:
+        raise ServiceError(f"PREFECT_API_URL={redact(url)} is not a valid URL ({problem})")
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
     reason = unanswered(url, timeout)
     if reason is not None:

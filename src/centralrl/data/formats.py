@@ -1,7 +1,7 @@
 """Read the official files of the QA benchmarks and corpora into the project's `Question` and `Passage` rows.
 
 `load_questions(source, root)` returns a source's questions plus the context paragraphs the file carries
-(HotpotQA, 2Wiki, MuSiQue, PopQA); `load_corpus(source, root)` returns the passages of a corpus file. One
+(HotpotQA, 2Wiki, MuSiQue, PopQA); `load_corpus(source, root, max_chars)` returns the passages of a corpus file. One
 converter per kind, chosen through the `QUESTION_KINDS` / `CORPUS_KINDS` tables.
 
 Shared rules: a question's id is `<benchmark>/<id in the file>` (the 0-based row index where the file has no
@@ -592,16 +592,17 @@ def load_corpus(source: CorpusSource, root: Path, max_chars: int) -> list[Passag
     """The distinct passages of a corpus file in file order, the first `source.limit` of them if set; refuses
     a passage without text or longer than `max_chars` (`data.max_passage_chars`), naming its line."""
     path = resolve(source.path, root)
-    passages: dict[str, tuple[str, Passage]] = {}
+    passages: dict[str, Passage] = {}
+    problems: list[str] = []  # checked as read: keeping each row's place would double a 21M-passage corpus
     for where, passage in CORPUS_KINDS[source.kind](path):
-        passages.setdefault(passage.id, (where, passage))
+        if passages.setdefault(passage.id, passage) is passage:
+            problems += passage_problems([(_row_of(where, path), passage)], max_chars)
         if source.limit is not None and len(passages) >= source.limit:
             break
     if not passages:
         raise DataError(f"{path}: no passages in this {source.kind} file")
-    rows = ((_row_of(where, path), passage) for where, passage in passages.values())
-    refuse_rows(passage_problems(rows, max_chars), str(path))
-    return [passage for _, passage in passages.values()]
+    refuse_rows(problems, str(path))
+    return list(passages.values())
 
 
 def _row_of(where: str, path: Path) -> str:

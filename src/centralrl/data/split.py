@@ -2,7 +2,8 @@
 on which the train stage scores the current policy greedily every `train.dev.every` steps (`centralrl.rl.dev`).
 By default it is stratified (`train.dev.sampling`): each benchmark gives as many questions as the others (within
 one, while it has questions left), so its pooled F1 weighs the question types as the test split's macro F1 does
-(drawn at random, the default world's 16 held 6 one-hop and 10 two-hop questions, the test split 12 and 12).
+(drawn at random, stop 58's default world gave 6 one-hop and 10 two-hop dev questions; its test split held 12
+and 12).
 
 It gives learning curves (dev F1 against step and training FLOPs, per arm and seed) and a split to choose
 hyperparameters on without touching the test split. The sample derives from `train.dev.seed` alone, so every
@@ -12,13 +13,13 @@ other selection (the warm start's questions and each step's draw come from what 
 What is left excludes every training question that asks a hop a dev question asks (questions with a
 decomposition: the synthetic world, MuSiQue): a dev question whose hop GRPO was rewarded for would score the
 training, not the transfer. A hop is its sub-question with MuSiQue's placeholders filled in ("#1 >> country"
-names step 1's answer), so two questions that only share a template do not count. In the default world 13 of
-the 224 other training questions share a hop with the 16 dev questions, all 2-hop (drawn at random: 15, 14 of them
-2-hop; in stop 57's world 19, 17). A hop asked from its other side counts too: "Who is Y married to?" (X) asks
-the fact of "Who is X married to?" (Y), as the synthetic world keeps its test facts out of training
-(`synthetic._fact`, which has the passages; here the texts show it: each answer names the other's subject in
-one template). The dev questions may share a hop with one another. The data stage
-checks that enough questions are left (`training_left`), so a run does not fail on it after the warm start.
+names step 1's answer), so two questions that only share a template do not count. In the default world 15 of
+the 224 other training questions share a hop with the 16 dev questions (9 two-hop, 6 one-hop; at stop 59's 12
+test questions per type 13, all 2-hop; in stop 57's world 19, 17). A hop asked from its other side counts too:
+"Who is Y married to?" (X) asks the fact of "Who is X married to?" (Y), as the synthetic world keeps its test
+facts out of training (`synthetic._fact`, which has the passages; here the texts show it: `reversed_hop`). The
+dev questions may share a hop with one another. The data stage checks that enough questions are left
+(`training_left`), so a run does not fail on it after the warm start.
 """
 
 from __future__ import annotations
@@ -53,15 +54,25 @@ def hops(question: Question) -> list[tuple[str, str]]:
 
 
 def reversed_hop(hop: tuple[str, str], other: tuple[str, str]) -> bool:
-    """Whether `hop` asks `other`'s fact from its other side: each answer is the other's subject, in one template.
+    """Whether `hop` asks `other`'s fact from its other side: each answer is, once and as whole words, the other's
+    subject, in one template. A relation that is not symmetric ("Who succeeded Al?" against "Who succeeded Bo?")
+    passes too: it only leaves a training question out, and the synthetic world's one relation between two people
+    is a marriage.
 
     >>> reversed_hop(("Who is Ann married to?", "Bo"), ("Who is Bo married to?", "Ann"))
     True
+    >>> reversed_hop(("How many seasons did Series 3 run?", "2"), ("How many seasons did Series 2 run?", "3"))
+    True
+    >>> reversed_hop(("Who is Annabel married to?", "Bo"), ("Who is Bo married to?", "Ann"))  # not a whole word
+    False
     >>> reversed_hop(("Who founded Acme?", "Bo"), ("Who is Bo married to?", "Ann"))
     False
     """
     (text, answer), (other_text, other_answer) = hop, other
-    return other_answer in text and text.replace(other_answer, answer) == other_text
+    subject = re.compile(rf"\b{re.escape(other_answer)}\b")
+    if len(subject.findall(text)) != 1:
+        return False
+    return subject.sub(lambda _: answer, text) == other_text
 
 
 def _shares_a_hop(question: Question, asked: list[tuple[str, str]]) -> bool:
