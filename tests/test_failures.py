@@ -247,6 +247,9 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
     assert says in done.stderr
 
 
+EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
+
+
 @pytest.mark.parametrize(
     ("stage", "arguments", "named"),
     [
@@ -274,8 +277,7 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
         ),
         (
             "evaluate",
-            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
-            + ["--out", "ev", "--metrics", "m.json", "--seed", "5", "--budgets", "b.json"],
+            EVALUATE_BASE + ["--out", "ev", "--metrics", "m.json", "--seed", "5", "--budgets", "b.json"],
             "--seed, --budgets: only with --arm",
         ),
         (  # recall is keyed by file name: the second file's figures replaced the first's, exit 0
@@ -297,14 +299,12 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
         ),
         (
             "evaluate",
-            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
-            + ["--out", "mine", "--metrics", "m.json"],
+            EVALUATE_BASE + ["--out", "mine", "--metrics", "m.json"],
             "--out: mine holds 'notes.txt' but not records.jsonl or */records.jsonl",
         ),
         (  # a folder above earlier evaluations (an arm's, the seed forgotten) is not one of them
             "evaluate",
-            ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
-            + ["--out", "arm", "--metrics", "m.json"],
+            EVALUATE_BASE + ["--out", "arm", "--metrics", "m.json"],
             "--out: arm holds 'seed0' but not records.jsonl or */records.jsonl",
         ),
         (  # replaced the params file with the model's metrics, exit 0
