@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, OutputError
-from centralrl.io import TEMP_SUFFIX, atomic_write
+from centralrl.io import TEMP_SUFFIX, atomic_write, overlaps
 from centralrl.redact import redact
 
 
@@ -77,9 +77,8 @@ def check_out(path: str, args: argparse.Namespace) -> str:
     """Refuse an --out that could not be written, before the measuring: its folder must exist and take a new
     file, and it may not be, or lie inside, an input (any other argument naming a path that exists, and the
     profile overlays beside --params). Returns `path`."""
-    target = Path(path).resolve()
     for flag, source in _input_paths(args):
-        if source.resolve() == target or source.resolve() in target.parents:
+        if overlaps(path, source):
             raise OutputError(f"--out {path} overlaps the input {flag} {source}: the script would write over it")
     folder = Path(path).parent
     if Path(path).is_dir():

@@ -41,7 +41,7 @@ from typing import NoReturn
 
 from centralrl.config import profiles_folder
 from centralrl.errors import USER_OS_ERRORS, CentralRLError, ConfigError
-from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way
+from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way, overlaps
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 from centralrl.schema import examples
 
@@ -88,8 +88,7 @@ def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[Input
                 return f"{inside}, which the stage replaces whole"
     for (flag, path), (source_flag, sources) in itertools.product(outputs.items(), (inputs or {}).items()):
         for source in sources:
-            read = Path(source).resolve()
-            if read == where[flag] or read in where[flag].parents or where[flag] in read.parents:
+            if overlaps(path, source):
                 overlap = f"{flag} {path} overlaps the input {source_flag} {source}"
                 return f"{overlap}: the stage would write over what it reads"
     for flag, path in outputs.items():

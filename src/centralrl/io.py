@@ -78,6 +78,12 @@ def file_in_the_way(folders: Iterable[Path]) -> Path | None:
     return next((path for path in folders if path.exists() and not path.is_dir()), None)
 
 
+def overlaps(output: str | Path, source: str | Path) -> bool:
+    """Whether writing `output` would write over `source`: the same path, or one holding the other."""
+    written, read = Path(output).resolve(), Path(source).resolve()
+    return read == written or read in written.parents or written in read.parents
+
+
 def output_in_the_way(target: Path, folder: bool) -> str | None:
     """What stands in the way of writing `target` (a folder when `folder`), said as an error message: a file
     where a folder above it should be, or a folder where the output is a file (and the reverse); else None."""

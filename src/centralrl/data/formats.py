@@ -606,6 +606,6 @@ def load_corpus(source: CorpusSource, root: Path, max_chars: int) -> list[Passag
 
 
 def _row_of(where: str, path: Path) -> str:
-    """A reader's `where` without its file, which the message names once: 'line 17', 'row 3', '(Title)'."""
+    """A reader's `where` without its file, which the message names once: 'line 17', 'row 3', "entry 'Title'"."""
     rest = where.removeprefix(str(path))
     return f"line {rest[1:]}" if rest.startswith(":") else rest.strip()
