@@ -24,6 +24,7 @@ from centralrl.rl.warmstart import (
     build_traces,
     collate,
     delegated_hops,
+    follow_up,
     oracle_traces,
     parse_trace,
     supervised_finetune,
@@ -250,6 +251,29 @@ def test_no_decomposition_is_a_clear_error(policy, smoke_world, train_questions)
     plain = [Question(q.id, q.question, q.golden_answers, "hotpotqa", "train") for q in train_questions[:3]]
     with pytest.raises(DataError, match="synthetic world and MuSiQue"):
         build_traces(plain, 4, smoke_world[2], TOP_K, CHARS, policy)
+
+
+def test_a_follow_up_note_trains_the_conclusion_to_answer_from_the_note_that_answers(
+    policy, smoke_world, train_questions
+):
+    hops = [(q.id, sub, hop) for q in train_questions for sub, hop in delegated_hops(q)]
+    one_hop = [q for q in train_questions if len(delegated_hops(q)) == 1 and follow_up(q, hops)]
+    assert one_hop, "the smoke world has 1-hop questions whose answer another question asks about"
+    question = one_hop[0]
+    sub, hop = follow_up(question, hops)
+    plain = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy)
+    traces = oracle_traces(question, smoke_world[2], TOP_K, CHARS, policy, after=(sub, hop))
+    assert traces[: len(plain)] == plain and len(traces) == len(plain) + 1  # one more conclusion trace
+    extra = policy.tokenizer.decode(list(traces[-1].prompt_ids))
+    assert question.golden_answers[0] in sub and sub in extra and "2. Sub-question:" in extra
+    assert parse_trace(traces[-1], policy.tokenizer) == ("answer", question.golden_answers[0])
+    wanted = len(train_questions)
+    base, counts = build_traces(train_questions, wanted, smoke_world[2], TOP_K, CHARS, policy)
+    more, with_follow_ups = build_traces(
+        train_questions, wanted, smoke_world[2], TOP_K, CHARS, policy, follow_ups_below=2
+    )
+    assert counts["follow_ups"] == 0 < with_follow_ups["follow_ups"] == len(more) - len(base)
+    assert [t for t in more if t.role != "conclusion"] == [t for t in base if t.role != "conclusion"]
 
 
 @pytest.fixture(scope="module")

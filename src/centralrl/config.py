@@ -889,6 +889,12 @@ class WarmstartConfig(Section):
         description="the oracle central agent's <think>: fixed (one sentence per situation) or counted (how many "
         "facts the question needs and the notes hold, then ask or conclude)",
     )
+    follow_up_notes: bool = Field(
+        False,
+        description="a question of fewer hops than harness.max_turns also gets a conclusion trace whose notes end "
+        "with a follow-up on its answer (another training question's hop that names it): the conclusion learns "
+        "to answer from the note that answers the question, not from the last note",
+    )
     seed: Seed = Field(0)
 
 

@@ -195,13 +195,39 @@ def _target(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False)) + (tokenizer.eos_token_id,)
 
 
+def follow_up(question: Question, hops: Sequence[tuple[str, str, SubQuestion]]) -> tuple[str, SubQuestion] | None:
+    """The first of `hops` ((question id, sub-question, hop) of the training questions) that another question
+    asks about this question's answer, and that answers something else: what an over-asking central agent asks
+    once its notes already hold the answer ("Note 1 says Vushsa Group. Next I need the next fact." then "In which
+    city is Vushsa Group headquartered?"). None when no hop names the answer (a year, say).
+
+    >>> q = Question("q", "What company produced The Ember?", ("Vushsa Group",), "b", "train")
+    >>> follow_up(q, [("q", "Which company produced The Ember?", SubQuestion("", "Vushsa Group")),
+    ...               ("r", "In which city is Vushsa Group headquartered?", SubQuestion("", "Femea"))])[0]
+    'In which city is Vushsa Group headquartered?'
+    """
+    answer = question.golden_answers[0]
+    for owner, sub, hop in hops:
+        if owner != question.id and _contains(sub, answer) and not _contains(hop.answer, answer):
+            return sub, hop
+    return None
+
+
 def oracle_traces(
-    question: Question, retriever: Retriever, top_k: int, passage_chars: int, policy: RolePolicy, counted: bool = False
+    question: Question,
+    retriever: Retriever,
+    top_k: int,
+    passage_chars: int,
+    policy: RolePolicy,
+    counted: bool = False,
+    after: tuple[str, SubQuestion] | None = None,
 ) -> list[Trace]:
     """The role calls of a perfect harness on `question`, in episode order (central, retrieval per hop; then
     central concluding, conclusion). `policy` supplies the harness's chat encoding and tokenizer (no model
     call is made). Empty when the question has no usable hop, a sub-question is too long for the protocol,
-    or the retriever does not show some hop's answer in its top_k passages.
+    or the retriever does not show some hop's answer in its top_k passages. `after` (`follow_up`): one more
+    conclusion trace whose notes end with that hop's note too, when its answer is shown, and whose target is
+    still the question's answer, so the conclusion answers from the note that answers the question, not the last.
     """
     hops = delegated_hops(question)
     if not hops or any(len(sub) > MAX_SUBQUESTION_CHARS for sub, _ in hops):
@@ -224,8 +250,14 @@ def oracle_traces(
     conclude = _target(tok, f"{central_plan(counted, hops, len(hops))}</think><conclude></conclude>")
     traces.append(Trace("central", tuple(central), conclude, "conclude", ""))
     answer = as_data(" ".join(question.golden_answers[0].split()))
-    conclusion = policy.encode_chat(P.conclusion_messages(question.question, accumulated), PREFILL["conclusion"])
-    traces.append(Trace("conclusion", tuple(conclusion), _target(tok, f"{answer}</answer>"), "answer", answer))
+    endings = [accumulated]
+    if after is not None:
+        note = evidence_note(after[1], retriever.search([after[0]], top_k)[0], passage_chars)
+        if note is not None:
+            endings.append(accumulated + [(after[0], note)])
+    for notes in endings:
+        conclusion = policy.encode_chat(P.conclusion_messages(question.question, notes), PREFILL["conclusion"])
+        traces.append(Trace("conclusion", tuple(conclusion), _target(tok, f"{answer}</answer>"), "answer", answer))
     for trace in traces:
         if parse_trace(trace, tok) != (trace.action, trace.content):
             raise AssertionError(
@@ -399,10 +431,13 @@ def build_traces(
     passage_chars: int,
     policy: RolePolicy,
     counted: bool = False,
+    follow_ups_below: int = 0,
 ) -> tuple[list[Trace], dict]:
     """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer;
-    `counted`: the central plans count facts (`central_plan`)."""
+    `counted`: the central plans count facts (`central_plan`); a question of fewer than `follow_ups_below` hops
+    also gets a conclusion trace with a follow-up note (`follow_up`; the harness's max_turns: it may ask one more)."""
     candidates = [q for q in questions if q.decomposition]
+    hops = [(q.id, sub, hop) for q in candidates for sub, hop in delegated_hops(q)] if follow_ups_below else []
     if not candidates:
         benchmarks = sorted({q.benchmark for q in questions})
         raise DataError(
@@ -415,7 +450,8 @@ def build_traces(
     for question in interleave(candidates):
         if used == wanted:
             break
-        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted)
+        after = follow_up(question, hops) if len(delegated_hops(question)) < follow_ups_below else None
+        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted, after)
         if built:
             traces.extend(built)
             used += 1
@@ -427,7 +463,13 @@ def build_traces(
             f" never showed every hop's answer in its top {top_k} passages (or the sub-questions were too long)"
         )
     by_role = {role: sum(t.role == role for t in traces) for role in ROLES}
-    return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
+    follow_ups = sum(t.role == "conclusion" for t in traces) - used
+    return traces, {
+        "questions": used,
+        "skipped_questions": skipped,
+        "traces_by_role": by_role,
+        "follow_ups": follow_ups,
+    }
 
 
 def warmstart(
@@ -454,8 +496,16 @@ def warmstart(
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
     counted = cfg.warmstart.plans == "counted"
+    follow_ups_below = cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0
     traces, selection = build_traces(
-        questions, cfg.warmstart.questions, retriever, cfg.retrieval.top_k, cfg.harness.passage_chars, policy, counted
+        questions,
+        cfg.warmstart.questions,
+        retriever,
+        cfg.retrieval.top_k,
+        cfg.harness.passage_chars,
+        policy,
+        counted,
+        follow_ups_below,
     )
     if log and selection["questions"] < cfg.warmstart.questions:
         log(
