@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from centralrl.config import profiles_folder
-from centralrl.errors import USER_OS_ERRORS, CentralRLError, ConfigError
+from centralrl.config import Config, profiles_folder
+from centralrl.errors import USER_OS_ERRORS, CentralRLError
 from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way, overlaps
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 from centralrl.schema import examples
@@ -152,21 +152,6 @@ class StageParser(argparse.ArgumentParser):
         return parsed
 
 
-def check_cell(
-    cfg, params: str, backbone: str, seed: int | None = None, arm: str | None = None, reference: str | None = None
-) -> None:
-    """Refuse a cell outside the matrix (`backbones`, `seeds`, `arms`, `references` in params): no compare stage
-    would ever read it. Before the stage's flow starts (an unknown arm was found inside it, seconds later)."""
-    if arm is not None and arm not in cfg.arms:
-        raise ConfigError(f"--arm {arm} is not one of arms {list(cfg.arms)} in {params}")
-    if reference is not None and reference not in cfg.references:
-        raise ConfigError(f"--reference {reference} is not one of references {list(cfg.references)} in {params}")
-    if backbone not in cfg.backbones:
-        raise ConfigError(f"--backbone {backbone} is not one of backbones {cfg.backbones} in {params}")
-    if seed is not None and seed not in cfg.seeds:
-        raise ConfigError(f"--seed {seed} is not one of seeds {cfg.seeds} in {params}")
-
-
 def stage_parser(doc: str) -> StageParser:
     """A parser whose help is the stage module's docstring (its first paragraph, then the rest) with `--params`
     added."""
@@ -188,18 +173,21 @@ def run_stage(
     arguments: Callable[[list[str]], argparse.Namespace],
     prefect_server: bool = False,
     tracked: bool = False,
+    checks: Callable[[argparse.Namespace, Config], None] | None = None,
 ) -> NoReturn:
     """Run `main` as a stage process (see the module docstring) and exit with its status. `arguments` parses
     the stage's command line (exiting on `--help` or a usage error); a `tracked` stage (one that logs to
-    MLflow) first checks that its tracking server answers."""
+    MLflow) first checks that its tracking server answers, and `checks(args, cfg)` refuses what the stage would
+    find wrong only later (a cell outside the matrix, a search cluster that is down): both while the stage's
+    Prefect server starts, so a refusal comes in a second, not after it."""
     name = Path(sys.argv[0]).stem
     die_with_parent()
     watch_grandparent()
     terminate_as_interrupt()
     argv = sys.argv[1:]
-    params = arguments(argv).params
+    args = arguments(argv)
     try:
-        with _prefect(prefect_server, functools.partial(_prepare, params, argv, tracked)):
+        with _prefect(prefect_server, functools.partial(_prepare, args, argv, tracked, checks)):
             main()
     except KeyboardInterrupt as stop:
         code = 128 + stop.signum if isinstance(stop, Terminated) else INTERRUPTED
@@ -213,14 +201,21 @@ def run_stage(
     end_process(0)
 
 
-def _prepare(params: str, argv: list[str], tracked: bool) -> None:
-    """Validate the whole params file, check the tracking server when the stage logs to one (before its work,
-    not after), and remove temporaries that killed runs left beside the stage's paths."""
+def _prepare(
+    args: argparse.Namespace,
+    argv: list[str],
+    tracked: bool,
+    checks: Callable[[argparse.Namespace, Config], None] | None,
+) -> None:
+    """Validate the whole params file, run the stage's `checks` and check the tracking server when the stage logs
+    to one (before its work, not after), and remove temporaries that killed runs left beside the stage's paths."""
     from centralrl.config import load_config
     from centralrl.hardware import set_memory_return, set_threads
     from centralrl.services import check_reachable, stage_store_uri
 
-    cfg = load_config(params)
+    cfg = load_config(args.params)
+    if checks is not None:
+        checks(args, cfg)
     set_threads(cfg.threads)
     set_memory_return(cfg.return_memory, cfg.return_memory_above_gb)
     if tracked:  # the store the stage will open: a relative sqlite one in DVC's repository, not a temporary copy

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from stages.cli import InputPath, OutputFile, check_cell, run_stage, stage_parser
+from stages.cell import check_cell
+from stages.cli import InputPath, OutputFile, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,10 +52,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
 
-    from centralrl.config import load_config
     from flows.evaluation import evaluation_flow
-
-    check_cell(load_config(args.params), args.params, args.backbone, args.seed, args.arm, args.reference)
 
     results = evaluation_flow(
         args.params,
@@ -80,4 +78,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, arguments, prefect_server=True, tracked=True)
+    run_stage(main, arguments, prefect_server=True, tracked=True, checks=check_cell)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stages.cli import InputPath, OutputFolder, check_cell, run_stage, stage_parser
+from stages.cell import check_cell
+from stages.cli import InputPath, OutputFolder, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,7 +45,6 @@ def main(argv: list[str] | None = None) -> None:
     from centralrl.distributed import World, launch, needs_launch
 
     cfg = load_config(args.params)
-    check_cell(cfg, args.params, args.backbone, args.seed, arm=args.arm)
     if needs_launch(cfg.train.processes):
         sys.exit(launch(cfg.train.processes, "stages.train", sys.argv[1:] if argv is None else argv))
     from centralrl.rl.run import train_cell
@@ -73,4 +73,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, arguments, prefect_server=True, tracked=True)
+    run_stage(main, arguments, prefect_server=True, tracked=True, checks=check_cell)

@@ -30,7 +30,7 @@ from centralrl.io import (
     write_jsonl,
     write_rows,
 )
-from conftest import REPO, project_pythonpath, write_params
+from conftest import REPO, project_pythonpath, session_prefect_env, write_params
 
 STAGE = """
 import errno, os, sys
@@ -689,14 +689,37 @@ def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, a
     compare stage would read the cell."""
     import importlib
 
+    from stages.cell import check_cell
+
     params = write_params(
         tmp_path, {"models": {"large": {"source": "tiny_qwen2"}}}
     )  # seeds [0, 1, 2], backbones [main]
     paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
+    argv = ["--params", str(params), "--arm", arm, "--seed", str(seed), "--backbone", backbone, *paths]
     with pytest.raises(ConfigError, match=named):
-        importlib.import_module(f"stages.{stage}").main(
-            ["--params", str(params), "--arm", arm, "--seed", str(seed), "--backbone", backbone, *paths]
-        )
+        check_cell(importlib.import_module(f"stages.{stage}").arguments(argv), load_config(params))
+
+
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
+def test_a_cell_stage_process_refuses_a_cell_outside_the_matrix_and_a_cluster_that_is_down(
+    prefect_server, tmp_path, stage
+):
+    """The stage process runs `check_cell` while its Prefect server starts (the refusal came after the server
+    was up, about 8 s later), and train and evaluate found an Elasticsearch cluster that is down at their first
+    search, after loading the model."""
+    from centralrl.services import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    es = {"backend": "elasticsearch", "elasticsearch": {"url": url, "max_retries": 0}}
+    params = write_params(tmp_path, {"retrieval": es})
+    paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
+    cell = ["--params", str(params), "--seed", "0", "--backbone", "main", *paths]
+    env = os.environ | project_pythonpath() | session_prefect_env()
+    for arm, said in (("jnt", r"--arm jnt is not one of arms"), ("joint", rf"Elasticsearch at {url} unreachable")):
+        command = [sys.executable, "-m", f"stages.{stage}", "--arm", arm, *cell]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 1 and re.search(f"{stage}: error: {said}", done.stderr), done.stderr
+        assert "Traceback" not in done.stderr and "Prefect server" not in done.stderr + done.stdout
 
 
 def test_a_file_given_as_the_state_folder_is_refused_before_any_step(tmp_path):
