@@ -33,6 +33,10 @@ SFT on sampled and filtered trajectories):
 - Questions are taken round-robin over benchmarks (file order within each), not in plain file order: the
   synthetic train file lists all 1-hop questions first, and a warm start on 1-hop questions alone would teach
   the central agent to conclude after one hop.
+- With `warmstart.follow_up_notes`, a question of fewer hops than `harness.max_turns` also gets a conclusion
+  trace whose notes end with a follow-up on its answer (`follow_up`: another training question's hop that names
+  it): a start that asks once more than needed (most do) then still answers from the note that answers the
+  question. Without it the conclusion answers from the last note, since every oracle trace's answer is there.
 - A question is skipped when some hop's answer is not in the passages the retriever shows for it (as
   rejection sampling keeps only successful trajectories): otherwise the retrieval role would learn to state
   answers it cannot see.
