@@ -459,6 +459,10 @@ def test_a_budgets_file_must_be_the_cells_and_cut_every_budget_of_the_params_at_
         ({"split": "test"}, "train", r"q\.jsonl:2 \(question b\): a test question where train questions are"),
         ({"golden_answers": [" "]}, None, r"q\.jsonl:2 \(question b\): golden_answers must be a non-empty list"),
         ({"question": " "}, None, r"q\.jsonl:2 \(question b\): empty question text"),
+        # scored as a benchmark of their own: "" into the macro average, "macro" over the average's row
+        ({"benchmark": ""}, None, r"q\.jsonl:2 \(question b\): empty benchmark name ''"),
+        ({"benchmark": "macro"}, None, r"q\.jsonl:2 \(question b\): benchmark name 'macro' is reserved"),
+        ({"id": " "}, None, r"q\.jsonl:2 \(question  \): empty id"),
         # were an AttributeError, a TypeError, and ids split into characters
         ({"decomposition": ["x"]}, None, r"q\.jsonl:2 \(question b\) decomposition\[0\]: should be an object"),
         ({"supporting_passage_ids": None}, None, r"'supporting_passage_ids' should be a list of strings, got None"),
@@ -836,6 +840,13 @@ def test_undecodable_and_surrogate_lines_name_file_and_line(tmp_path):
     escaped.write_text('{"id": "pair \\ud83d\\ude00"}\n{"id": "lone \\ud800"}\n')
     with pytest.raises(DataError, match=r"escaped\.jsonl:2: an escaped lone UTF-16 surrogate"):
         list(read_jsonl(escaped))
+
+
+@pytest.mark.parametrize("name", ["", " nq", "macro"])
+def test_a_question_source_whose_benchmark_cannot_name_a_score_row_is_refused(tmp_path, name):
+    source = {"kind": "nq_open", "path": "nq.jsonl", "benchmark": name, "split": "test"}
+    with pytest.raises(ConfigError, match=r"data\.questions\.0\.benchmark: .*benchmark name"):
+        load_config(write_params(tmp_path, {"data": {"questions": [source]}}))
 
 
 @pytest.mark.parametrize(

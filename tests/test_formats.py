@@ -249,6 +249,14 @@ def test_flashrag_jsonl(tmp_path):
     assert (questions[1].benchmark, questions[1].split, passages) == ("nq", "train", [])
 
 
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_id_is_refused_naming_the_line(tmp_path, blank):
+    """It became the question id `nq/`, one id for every such row."""
+    path = write_jsonl(tmp_path / "nq.jsonl", [{"id": blank, "question": "Who?", "golden_answers": ["A"]}])
+    with pytest.raises(DataError, match=rf"nq\.jsonl:1: empty id '{blank}'"):
+        load_questions(source("flashrag_jsonl", path, benchmark="nq", split="train"), tmp_path)
+
+
 def test_nq_open(tmp_path):
     write_jsonl(tmp_path / "nq.jsonl", [{"question": "q0", "answer": ["x", "y"]}, {"question": "q1", "answer": ["z"]}])
     questions, _ = load_questions(source("nq_open", "nq.jsonl"), tmp_path)

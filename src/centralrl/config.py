@@ -36,6 +36,7 @@ from centralrl.errors import ConfigError
 from centralrl.models.backbone import DTYPES, SOURCES
 from centralrl.rl.choices import LOSS_MODES, LR_SCHEDULES, QUESTION_SAMPLINGS
 from centralrl.redact import has_credentials, redact
+from centralrl.schema import benchmark_problem
 from centralrl.services import is_file_store, url_problem
 
 DEFAULT_PROFILE = "default"
@@ -132,6 +133,13 @@ class QuestionSource(Section):
         description="hf_dataset: a commit, tag or branch of the hub repository, for a pinned download (offline, "
         "the HF cache's snapshot of it); a local copy under data.root is read as it is",
     )
+
+    @field_validator("benchmark")
+    @classmethod
+    def _benchmark_name(cls, value: str | None) -> str | None:
+        if value is not None and (problem := benchmark_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator(*KIND_ONLY_FIELDS)
     @classmethod

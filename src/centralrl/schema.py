@@ -145,7 +145,7 @@ class Question:
     decomposition: tuple[SubQuestion, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        problem = _question_problem(self.question, self.golden_answers, self.split)
+        problem = _question_problem(self.id, self.question, self.golden_answers, self.benchmark, self.split)
         if problem is not None:
             raise DataError(f"question {self.id!r} ({self.benchmark}): {problem}")
 
@@ -171,14 +171,15 @@ class Question:
         question = _require(row, "question", str, where)
         answers = _strings(_require(row, "golden_answers", list, where), "golden_answers", where)
         split = _require(row, "split", str, where)
-        problem = _question_problem(question, answers, split)
+        benchmark = _require(row, "benchmark", str, where)
+        problem = _question_problem(qid, question, answers, benchmark, split)
         if problem is not None:  # said of the file and line, before the row becomes a Question
             raise DataError(f"{where}: {problem}")
         return cls(
             id=qid,
             question=question,
             golden_answers=answers,
-            benchmark=_require(row, "benchmark", str, where),
+            benchmark=benchmark,
             split=split,
             supporting_passage_ids=_strings(row.get("supporting_passage_ids", []), "supporting_passage_ids", where),
             decomposition=tuple(
@@ -187,8 +188,30 @@ class Question:
         )
 
 
-def _question_problem(question: str, golden_answers: Sequence[str], split: str) -> str | None:
+RESERVED_BENCHMARKS = ("macro",)  # keys of an evaluation's score table beside the benchmarks' own
+
+
+def benchmark_problem(name: str) -> str | None:
+    """What makes `name` no benchmark name, or None: benchmarks key score tables, dev metrics and records.
+
+    >>> benchmark_problem("hotpotqa"), benchmark_problem(" "), benchmark_problem("macro")
+    (None, "empty benchmark name ' '", "benchmark name 'macro' is reserved: the score table's average over benchmarks")
+    """
+    if not name.strip() or name != name.strip():
+        return f"{'empty' if not name.strip() else 'blank-padded'} benchmark name {name!r}"
+    if name in RESERVED_BENCHMARKS:
+        return f"benchmark name {name!r} is reserved: the score table's average over benchmarks"
+    return None
+
+
+def _question_problem(
+    qid: str, question: str, golden_answers: Sequence[str], benchmark: str, split: str
+) -> str | None:
     """What makes these fields no question, or None."""
+    if not qid.strip():
+        return "empty id"
+    if (problem := benchmark_problem(benchmark)) is not None:
+        return problem
     if not question.strip():
         return "empty question text"
     if not golden_answers or not all(answer.strip() for answer in golden_answers):

@@ -65,6 +65,8 @@ class Row:
     def with_id(self, original_id: Any) -> Row:
         if isinstance(original_id, bool) or not isinstance(original_id, (str, int)):
             raise DataError(f"{self.where}: an id must be a string or a whole number, got {original_id!r}")
+        if not str(original_id).strip():
+            raise DataError(f"{self.where}: empty id {original_id!r}")
         return replace(self, id=str(original_id), where=f"{self.where} (id {original_id})")
 
     def get(self, key: str, kind: type | tuple[type, ...] = object) -> Any:
