@@ -128,6 +128,7 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
         ("params.yaml", "--out {tmp}/params.yaml overlaps the input --params {tmp}/params.yaml"),
         ("profiles/smoke.yaml", "--out {tmp}/profiles/smoke.yaml overlaps the input --params {tmp}/profiles"),
         ("new/t.json", "--out {tmp}/new/t.json: folder {tmp}/new does not exist; create it first"),  # was made
+        ("notes.txt", "--out {tmp}/notes.txt exists and is not a .json file: not an earlier output of this flag"),
     ],
 )
 def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_is_read(
@@ -135,6 +136,7 @@ def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_
 ):
     (tmp_path / "records.jsonl").write_text("not read\n")
     (tmp_path / "corpus.jsonl").write_text("not read\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
     before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
     args = [str(tmp_path / "records.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--params", str(smoke_params)]
     with pytest.raises(SystemExit) as stop:

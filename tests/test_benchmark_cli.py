@@ -98,6 +98,14 @@ def test_an_out_naming_an_input_is_refused_before_measuring(tmp_path):
     assert done.stdout == "" and params.read_text() == (REPO / "params.yaml").read_text()
 
 
+def test_an_out_that_is_an_existing_file_but_no_json_result_is_refused_before_measuring(tmp_path):
+    """--out notes.txt replaced someone's file with the figures; an earlier result (.json) is replaced."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    done = bench("stage_startup", "--out", str(tmp_path / "notes.txt"))
+    one_line_error(done, "stage_startup", f"--out {tmp_path / 'notes.txt'} exists and is not a .json file")
+    assert done.stdout == "" and (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
 def test_options_a_mode_ignores_and_impossible_values_are_usage_errors(monkeypatch, capsys):
     """Each was taken silently: rollout.py ignored --steps without --old-vs-new (and --n with it), temperature.py
     sampled at -1, and retrieval.py's flat index found 22% of its own top 50 among 10 vectors."""

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, DataError
-from centralrl.io import folder_refuses_files, output_in_the_way, overlaps, read_jsonl, write_json
+from centralrl.io import folder_refuses_files, foreign_file, output_in_the_way, overlaps, read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
 from centralrl.processes import exit_with
 from centralrl.schema import read_passages
@@ -132,7 +132,8 @@ def _records(path: str) -> list[tuple[str, dict]]:
 def out_problem(args: argparse.Namespace) -> str | None:
     """Why --out could not be written, or None, checked before anything is read as the stages and the benchmark
     scripts check theirs: it is, holds or lies inside an input (a records file, the corpus, the params file or
-    the profile overlays beside it), something is in its way, or its folder is missing or takes no new file."""
+    the profile overlays beside it), something is in its way, a file there is no .json one, or its folder is
+    missing or takes no new file."""
     from centralrl.config import profiles_folder
 
     out = Path(args.out)
@@ -142,6 +143,8 @@ def out_problem(args: argparse.Namespace) -> str | None:
             return f"--out {out} overlaps the input {flag} {source}: it would write over what it reads"
     if (blocked := output_in_the_way(out, folder=False)) is not None:
         return f"--out {blocked}"
+    if (foreign := foreign_file(out, ".json")) is not None:
+        return f"--out {foreign}"
     if not out.parent.is_dir():
         return f"--out {out}: folder {out.parent} does not exist; create it first"
     if (refused := folder_refuses_files(out)) is not None:
