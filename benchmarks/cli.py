@@ -78,6 +78,10 @@ def check_out(path: str, args: argparse.Namespace) -> str:
     file, it may not be, or lie inside, an input (any other argument naming a path that exists, and the
     profile overlays beside --params), and a file already there must be a .json one (an earlier result).
     Returns `path`."""
+    if not path:  # the current folder to Path
+        raise OutputError("--out: empty path; name the JSON file to write")
+    if path.endswith(os.sep):  # wrote a file of the folder's name
+        raise OutputError(f"--out {path}: ends in {os.sep}, as a folder does; name the JSON file to write")
     for flag, source in _input_paths(args):
         if overlaps(path, source):
             raise OutputError(f"--out {path} overlaps the input {flag} {source}: the script would write over it")

@@ -49,10 +49,22 @@ from centralrl.schema import examples
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
+def _not_empty(text: str) -> str:
+    if not text:  # '' is the current folder to Path: an output folder holding the checkout, or in a file's way
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
 class OutputFile(str):
-    """An argparse `type` for a stage's output file; the parser checks these before the stage starts."""
+    """An argparse `type` for a stage's output file; the parser checks these before the stage starts. A path
+    ending in a separator names a folder, so it is refused (it wrote a file of the folder's name)."""
 
     folder = False
+
+    def __new__(cls, text: str) -> OutputFile:
+        if not cls.folder and text.endswith(os.sep):
+            raise argparse.ArgumentTypeError(f"{text}: ends in {os.sep}, as a folder does, but this output is a file")
+        return super().__new__(cls, _not_empty(text))
 
 
 class OutputFolder(OutputFile):
@@ -63,6 +75,9 @@ class OutputFolder(OutputFile):
 
 class InputPath(str):
     """An argparse `type` for a stage's input file or folder: no output may be it, hold it or lie inside it."""
+
+    def __new__(cls, text: str) -> InputPath:
+        return super().__new__(cls, _not_empty(text))
 
 
 def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[InputPath]] | None = None) -> str | None:

@@ -129,6 +129,7 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
         ("profiles/smoke.yaml", "--out {tmp}/profiles/smoke.yaml overlaps the input --params {tmp}/profiles"),
         ("new/t.json", "--out {tmp}/new/t.json: folder {tmp}/new does not exist; create it first"),  # was made
         ("notes.txt", "--out {tmp}/notes.txt exists and is not a .json file: not an earlier output of this flag"),
+        ("new/", "--out {tmp}/new/: ends in /, as a folder does; give the JSON file to write"),  # wrote a file new
     ],
 )
 def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_is_read(
@@ -140,7 +141,7 @@ def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_
     before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
     args = [str(tmp_path / "records.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--params", str(smoke_params)]
     with pytest.raises(SystemExit) as stop:
-        main([*args, "--out", str(tmp_path / out)])
+        main([*args, "--out", f"{tmp_path}/{out}"])
     assert stop.value.code == 2 and named.format(tmp=tmp_path) in capsys.readouterr().err
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
     assert not (tmp_path / "new").exists()

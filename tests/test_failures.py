@@ -337,6 +337,26 @@ EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questi
             + ["--state", "state"],
             "--history: other.yaml exists and is not a .jsonl file",
         ),
+        (  # wrote a file named newdir
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "newdir/"],
+            "argument --metrics: newdir/: ends in /, as a folder does, but this output is a file",
+        ),
+        (  # the checkout's folder: "--out:  holds '.ci', '.dvc' ... and 26 more"
+            "evaluate",
+            EVALUATE_BASE + ["--out", "", "--metrics", "m.json"],
+            "argument --out: empty path",
+        ),
+        (  # ".: this output is a file, but a folder of that name is in the way"
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", ""],
+            "argument --metrics: empty path",
+        ),
+        (
+            "build_index",
+            ["--corpus", "", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"],
+            "argument --corpus: empty path",
+        ),
         (  # found at the stage's last write, with its other outputs already replaced
             "prepare_data",
             ["--train", "t.jsonl", "--test", "e.jsonl", "--corpus", "c.jsonl", "--metrics", "/proc/centralrl.json"],

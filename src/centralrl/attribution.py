@@ -27,6 +27,7 @@ unchanged.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -131,11 +132,13 @@ def _records(path: str) -> list[tuple[str, dict]]:
 
 def out_problem(args: argparse.Namespace) -> str | None:
     """Why --out could not be written, or None, checked before anything is read as the stages and the benchmark
-    scripts check theirs: it is, holds or lies inside an input (a records file, the corpus, the params file or
-    the profile overlays beside it), something is in its way, a file there is no .json one, or its folder is
-    missing or takes no new file."""
+    scripts check theirs: it ends in a separator, is, holds or lies inside an input (a records file, the
+    corpus, the params file or the profile overlays beside it), something is in its way, a file there is no
+    .json one, or its folder is missing or takes no new file."""
     from centralrl.config import profiles_folder
 
+    if args.out.endswith(os.sep):  # wrote a file of the folder's name
+        return f"--out {args.out}: ends in {os.sep}, as a folder does; give the JSON file to write"
     out = Path(args.out)
     inputs = [("records", path) for path in args.records] + [("--corpus", args.corpus), ("--params", args.params)]
     for flag, source in [*inputs, ("--params", profiles_folder(args.params))]:
