@@ -175,7 +175,7 @@ def main(args: argparse.Namespace) -> None:
     out = check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
-    _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
+    _, dev = split_dev(read_questions(args.train, split="train"), cfg.train.dev, args.train)
     usable = [q for q in dev if delegated_hops(q)]  # the oracle asks a decomposition's hops
     if not usable:
         raise DataError(

@@ -61,7 +61,7 @@ TOPOLOGY = "central"  # the arms whose runs this fits
 
 def pool(train: str, cfg: Config, benchmarks: list[str], n: int) -> tuple[list[Question], list[Question]]:
     """(the first `n` training questions of each of `benchmarks`, the dev split) from the training file."""
-    training, dev = split_dev(read_questions(train), cfg.train.dev, train)
+    training, dev = split_dev(read_questions(train, split="train"), cfg.train.dev, train)
     chosen = []
     for benchmark in benchmarks:
         mine = [q for q in training if q.benchmark == benchmark][:n]

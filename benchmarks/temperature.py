@@ -39,7 +39,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="roles decoded greedily while the others sample (train.grpo.frozen_roles: greedy plays an arm's "
         "frozen roles so): with retrieval and conclusion, the signal the central agent's own samples give",
     )
-    parser.add_argument("--n", type=count, default=None, help="dev questions used (default: the whole split)")
+    parser.add_argument(
+        "--n",
+        type=count,
+        default=None,
+        help="dev questions used (default: the whole split; more than it holds is refused)",
+    )
     parser.add_argument("--seeds", type=count, default=2, help="sampling seeds per temperature")
     parser.add_argument("--threads", type=count, default=1, help="torch intra-op threads")
     parser.add_argument("--out", default="benchmarks/results/temperature.json", help="figures (JSON)")
@@ -56,6 +61,7 @@ import torch
 
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.config import load_config
+from centralrl.errors import ConfigError
 from centralrl.harness.episodes import TOPOLOGIES
 from centralrl.io import write_json
 from centralrl.retrieval import open_retriever
@@ -99,7 +105,9 @@ def main(args: argparse.Namespace) -> None:
     check_out(args.out, args)
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
-    _, dev = split_dev(read_questions(args.train), cfg.train.dev, args.train)
+    _, dev = split_dev(read_questions(args.train, split="train"), cfg.train.dev, args.train)
+    if args.n is not None and args.n > len(dev):  # it ran the dev questions there were, without a word
+        raise ConfigError(f"{args.train}: {len(dev)} dev questions (train.dev), --n {args.n} asked")
     dev = dev[: args.n]
     retriever = open_retriever(cfg.retrieval, args.index)
     policy = trained_policy(cfg, args.backbone, args.model, None)

@@ -19,7 +19,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--questions", type=InputPath, required=True, nargs="+", help="inputs: question files to measure recall on"
     )
     parser.add_output("--index", "index directory", marks=("manifest.json",))
-    parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)")
+    parser.add_output("--metrics", "recall@k per split and benchmark, per backend (JSON)", suffix=".json")
     args = parser.parse_args(argv)
     named: dict[str, str] = {}
     for path in args.questions:  # recall is reported per file name: two files of one name would be one entry

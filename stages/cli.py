@@ -9,7 +9,8 @@
 - its command line is parsed first (the stage's `arguments`), so `--help` or a usage error ends it in about a
   second, before any server starts or torch is imported (it took 11-16 s when `main` parsed it); its outputs
   (`StageParser.add_output`) are checked then too, against each other, its inputs (`InputPath`) and what is in
-  their way, so it never fails at its last write nor writes over what it reads;
+  their way (a file or folder there that is no earlier output of its flag), so it never fails at its last write
+  nor writes over what it reads;
 - a stage whose flows report to Prefect gets a server that lives exactly as long as the stage
   (`centralrl.services.stage_prefect_server`), unless PREFECT_API_URL names a long-lived one; the params are
   validated (and torch and Prefect imported) while that server starts, which takes seconds;
@@ -41,17 +42,29 @@ from typing import NoReturn
 
 from centralrl.config import Config, profiles_folder
 from centralrl.errors import USER_OS_ERRORS, CentralRLError
-from centralrl.io import clean_stale_temporaries, folder_refuses_files, output_in_the_way, overlaps
+from centralrl.io import clean_stale_temporaries, folder_refuses_files, foreign_file, output_in_the_way, overlaps
 from centralrl.processes import Terminated, die_with_parent, terminate_as_interrupt, watch_grandparent
 from centralrl.schema import examples
 
 INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
+def _not_empty(text: str) -> str:
+    if not text:  # '' is the current folder to Path: an output folder holding the checkout, or in a file's way
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
 class OutputFile(str):
-    """An argparse `type` for a stage's output file; the parser checks these before the stage starts."""
+    """An argparse `type` for a stage's output file; the parser checks these before the stage starts. A path
+    ending in a separator names a folder, so it is refused (it wrote a file of the folder's name)."""
 
     folder = False
+
+    def __new__(cls, text: str) -> OutputFile:
+        if not cls.folder and text.endswith(os.sep):
+            raise argparse.ArgumentTypeError(f"{text}: ends in {os.sep}, as a folder does, but this output is a file")
+        return super().__new__(cls, _not_empty(text))
 
 
 class OutputFolder(OutputFile):
@@ -62,6 +75,9 @@ class OutputFolder(OutputFile):
 
 class InputPath(str):
     """An argparse `type` for a stage's input file or folder: no output may be it, hold it or lie inside it."""
+
+    def __new__(cls, text: str) -> InputPath:
+        return super().__new__(cls, _not_empty(text))
 
 
 def outputs_problem(outputs: dict[str, OutputFile], inputs: dict[str, list[InputPath]] | None = None) -> str | None:
@@ -121,18 +137,27 @@ def foreign_folder_problem(path: str, marks: tuple[str, ...]) -> str | None:
 
 class StageParser(argparse.ArgumentParser):
     """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`),
-    and an output folder that holds something else (`foreign_folder_problem`)."""
+    an output folder that holds something else (`foreign_folder_problem`) and an output file that is something
+    else (`io.foreign_file`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.folder_marks: dict[str, tuple[str, ...]] = {}
+        self.file_suffixes: dict[str, str] = {}
 
-    def add_output(self, flag: str, what: str, marks: tuple[str, ...] = ()) -> None:
-        """A required output flag, checked with the others when parsed; a folder when `marks` are given: globs
-        of the files the stage always writes in it (how an earlier output is told from someone else's folder)."""
-        self.add_argument(flag, type=OutputFolder if marks else OutputFile, required=True, help=f"output: {what}")
+    def add_output(
+        self, flag: str, what: str, marks: tuple[str, ...] = (), suffix: str = "", required: bool = True
+    ) -> None:
+        """An output flag, checked with the others when parsed: a folder when `marks` are given (globs of the
+        files the stage always writes in it: how an earlier output is told from someone else's folder), else a
+        file whose name ends in `suffix` (".json": an existing file that does not is someone else's)."""
+        if bool(marks) == bool(suffix):
+            raise ValueError(f"{flag}: an output folder needs marks, an output file a suffix")
+        self.add_argument(flag, type=OutputFolder if marks else OutputFile, required=required, help=f"output: {what}")
         if marks:
             self.folder_marks[flag] = marks
+        else:
+            self.file_suffixes[flag] = suffix
 
     def parse_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -146,6 +171,9 @@ class StageParser(argparse.ArgumentParser):
         problem = outputs_problem(outputs, inputs)
         for flag, marks in self.folder_marks.items():
             if problem is None and (foreign := foreign_folder_problem(outputs[flag], marks)) is not None:
+                problem = f"{flag}: {foreign}"
+        for flag, suffix in self.file_suffixes.items():
+            if problem is None and flag in outputs and (foreign := foreign_file(Path(outputs[flag]), suffix)):
                 problem = f"{flag}: {foreign}"
         if problem is not None:
             self.error(problem)

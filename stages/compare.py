@@ -297,7 +297,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="input: the corpus the index holds (where each wrong answer was last seen)",
     )
     parser.add_output("--report", "folder with report.md, report.html and the plots", marks=("report.md",))
-    parser.add_output("--metrics", "every statistic and the verdicts (JSON)")
+    parser.add_output("--metrics", "every statistic and the verdicts (JSON)", suffix=".json")
     return parser.parse_args(argv)
 
 

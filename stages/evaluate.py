@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from stages.cell import check_cell
-from stages.cli import InputPath, OutputFile, run_stage, stage_parser
+from stages.cli import InputPath, run_stage, stage_parser
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,12 +27,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_output(
         "--out", "records.jsonl and transcripts.md (per budget for an arm)", marks=("records.jsonl", "*/records.jsonl")
     )
-    parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)")
-    parser.add_argument(
+    parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)", suffix=".json")
+    parser.add_output(
         "--movement",
-        type=OutputFile,
-        help="with --arm: output, per budget and role the share of greedy calls changed from the "
-        "start and the mean per-token KL to it (JSON)",
+        "with --arm, per budget and role the share of greedy calls changed from the start and the mean per-token "
+        "KL to it (JSON)",
+        suffix=".json",
+        required=False,
     )
     args = parser.parse_args(argv)
     arm_only = {

@@ -24,10 +24,10 @@ from stages.cli import InputPath, OutputFile, outputs_problem, run_stage, stage_
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
-    parser.add_output("--train", "training questions (JSONL)")
-    parser.add_output("--test", "evaluation questions (JSONL)")
-    parser.add_output("--corpus", "passages (JSONL: id, title, text)")
-    parser.add_output("--metrics", "counts per split and benchmark (JSON)")
+    parser.add_output("--train", "training questions (JSONL)", suffix=".jsonl")
+    parser.add_output("--test", "evaluation questions (JSONL)", suffix=".jsonl")
+    parser.add_output("--corpus", "passages (JSONL: id, title, text)", suffix=".jsonl")
+    parser.add_output("--metrics", "counts per split and benchmark (JSON)", suffix=".json")
     return parser.parse_args(argv)
 
 

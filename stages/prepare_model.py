@@ -21,7 +21,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
     parser.add_argument("--backbone", required=True, help="a key of `models` in params")
     parser.add_output("--out", "the model directory (config, safetensors, tokenizer)", marks=("config.json",))
-    parser.add_output("--metrics", "source, parameters, dtype, content hash (JSON)")
+    parser.add_output("--metrics", "source, parameters, dtype, content hash (JSON)", suffix=".json")
     return parser.parse_args(argv)
 
 

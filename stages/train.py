@@ -23,9 +23,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--index", type=InputPath, required=True, help="input: index directory (build_index)")
     parser.add_argument("--train", type=InputPath, required=True, help="input: training questions (JSONL)")
     parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", marks=("*/*/adapter_config.json",))
-    parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)")
-    parser.add_output("--history", "per-step metrics (JSONL)")
-    parser.add_output("--metrics", "summary of the run (JSON)")
+    parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)", suffix=".json")
+    parser.add_output("--history", "per-step metrics (JSONL)", suffix=".jsonl")
+    parser.add_output("--metrics", "summary of the run (JSON)", suffix=".json")
     parser.add_argument(  # caches, not DVC outputs, but checked as outputs: outside every input and output
         "--state", type=OutputFolder, required=True, help="resume cache (not a DVC output): states, budget cuts"
     )

@@ -32,7 +32,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--train", type=InputPath, required=True, help="input: training questions (JSONL); unused when disabled"
     )
     parser.add_output("--out", "the starting checkpoint directory (backbone layout)", marks=("config.json",))
-    parser.add_output("--metrics", "questions, traces, trained tokens, losses, content hash (JSON)")
+    parser.add_output("--metrics", "questions, traces, trained tokens, losses, content hash (JSON)", suffix=".json")
     return parser.parse_args(argv)
 
 

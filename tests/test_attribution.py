@@ -103,7 +103,8 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
 
     assert main([str(tmp_path / "missing.jsonl"), *args[1:]]) == 1
     assert "missing.jsonl: no such file" in capsys.readouterr().err
-    assert main([*args, "--out", str(tmp_path / "table.json" / "t.json")]) == 1  # a file where a folder should be
+    with pytest.raises(SystemExit):  # a file where a folder should be: refused before anything is read
+        main([*args, "--out", str(tmp_path / "table.json" / "t.json")])
     assert f"{tmp_path / 'table.json' / 't.json'}: cannot be written: " in capsys.readouterr().err
     with pytest.raises(SystemExit):  # was: an error naming a temporary file in the folder's parent
         main([*args, "--out", str(tmp_path)])
@@ -117,6 +118,33 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     (tmp_path / "corpus.jsonl").write_text('{"id": "p1", "text": "no title"}\n')
     assert main(args) == 1
     assert "corpus.jsonl:1 (passage p1): missing field 'title'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "out, named",
+    [  # each was overwritten with the tables, exit 0
+        ("records.jsonl", "--out {tmp}/records.jsonl overlaps the input records {tmp}/records.jsonl"),
+        ("corpus.jsonl", "--out {tmp}/corpus.jsonl overlaps the input --corpus {tmp}/corpus.jsonl"),
+        ("params.yaml", "--out {tmp}/params.yaml overlaps the input --params {tmp}/params.yaml"),
+        ("profiles/smoke.yaml", "--out {tmp}/profiles/smoke.yaml overlaps the input --params {tmp}/profiles"),
+        ("new/t.json", "--out {tmp}/new/t.json: folder {tmp}/new does not exist; create it first"),  # was made
+        ("notes.txt", "--out {tmp}/notes.txt exists and is not a .json file: not an earlier output of this flag"),
+        ("new/", "--out {tmp}/new/: ends in /, as a folder does; give the JSON file to write"),  # wrote a file new
+    ],
+)
+def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_is_read(
+    smoke_params, tmp_path, capsys, out, named
+):
+    (tmp_path / "records.jsonl").write_text("not read\n")
+    (tmp_path / "corpus.jsonl").write_text("not read\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    args = [str(tmp_path / "records.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--params", str(smoke_params)]
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--out", f"{tmp_path}/{out}"])
+    assert stop.value.code == 2 and named.format(tmp=tmp_path) in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.parametrize("golden", [[], [""], ["---"]])

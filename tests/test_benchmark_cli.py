@@ -1,17 +1,22 @@
 """The benchmark scripts refuse bad input before measuring: a missing input file is one line and exit 1, a zero
 count a usage error naming the argument, an --out that could not be written an error naming --out, with the
-previous result left as it was; `--help` and usage errors come before torch and the rest are imported. Real runs
-of `python benchmarks/<script>.py`, each failing before any model loads or torch is imported (under a second)."""
+previous result left as it was; `--help` and usage errors come before torch and the rest are imported; a test
+file given as training questions, or more dev questions than there are, refused before the model loads. Real
+runs of `python benchmarks/<script>.py`, each failing before any model loads or torch is imported (under a
+second), or of a script's `main` in this process where its imports are torch's."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from centralrl.errors import ConfigError, DataError
+from centralrl.io import write_jsonl
+from conftest import REPO, write_params
 
 
 def bench(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -77,6 +82,14 @@ def test_an_out_in_a_missing_folder_is_refused_before_measuring(tmp_path, script
     assert not out.parent.exists()
 
 
+def test_an_empty_out_or_one_ending_in_a_separator_is_refused_before_measuring(tmp_path):
+    """--out '' was the current folder ("is a folder"); --out new/ wrote a file named new."""
+    one_line_error(bench("stage_startup", "--out", ""), "stage_startup", "--out: empty path")
+    done = bench("stage_startup", "--out", f"{tmp_path / 'new'}/")
+    one_line_error(done, "stage_startup", f"--out {tmp_path / 'new'}/: ends in /, as a folder does")
+    assert done.stdout == "" and not (tmp_path / "new").exists()
+
+
 def test_an_out_in_a_folder_that_refuses_files_is_refused_before_measuring(read_only_folder):
     out = read_only_folder / "result.json"
     done = bench("stage_startup", "--out", str(out))
@@ -96,6 +109,44 @@ def test_an_out_naming_an_input_is_refused_before_measuring(tmp_path):
     done = bench("stage_startup", "--params", str(params), "--out", str(tmp_path / "profiles" / "smoke.yaml"))
     one_line_error(done, "stage_startup", "overlaps the input --params", "profiles")
     assert done.stdout == "" and params.read_text() == (REPO / "params.yaml").read_text()
+
+
+def test_an_out_that_is_an_existing_file_but_no_json_result_is_refused_before_measuring(tmp_path):
+    """--out notes.txt replaced someone's file with the figures; an earlier result (.json) is replaced."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    done = bench("stage_startup", "--out", str(tmp_path / "notes.txt"))
+    one_line_error(done, "stage_startup", f"--out {tmp_path / 'notes.txt'} exists and is not a .json file")
+    assert done.stdout == "" and (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("script", ["overfit", "headroom", "temperature"])
+def test_a_test_split_given_as_training_questions_is_refused_before_the_model_loads(
+    smoke_world, tmp_path, monkeypatch, script
+):
+    """overfit.py trained on the test questions, headroom.py and temperature.py drew their dev questions from
+    them: each reads --train as the stages do, train questions only."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    module = importlib.import_module(script)
+    write_jsonl(tmp_path / "test.jsonl", [q.to_json() for q in smoke_world[0] if q.split == "test"])
+    argv = ["--params", str(write_params(tmp_path)), "--model", "m", "--index", "i", "--out", str(tmp_path / "o.json")]
+    argv += ["--train", str(tmp_path / "test.jsonl")] + (["--benchmarks", "synth-2hop"] if script == "overfit" else [])
+    with pytest.raises(
+        DataError, match=r"test\.jsonl:1 \(question .*\): a test question where train questions are read"
+    ):
+        module.main(module.arguments(argv))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_temperature_refuses_more_dev_questions_than_the_split_holds(smoke_world, tmp_path, monkeypatch):
+    """--n 999 ran the smoke split's 3 dev questions and wrote the figures, without a word (overfit.py's
+    --per-benchmark refuses too few questions so)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import temperature
+
+    write_jsonl(tmp_path / "train.jsonl", [q.to_json() for q in smoke_world[0] if q.split == "train"])
+    argv = ["--params", str(write_params(tmp_path)), "--model", "m", "--index", "i", "--out", str(tmp_path / "o.json")]
+    with pytest.raises(ConfigError, match=r"train\.jsonl: 3 dev questions \(train\.dev\), --n 999 asked"):
+        temperature.main(temperature.arguments([*argv, "--train", str(tmp_path / "train.jsonl"), "--n", "999"]))
 
 
 def test_options_a_mode_ignores_and_impossible_values_are_usage_errors(monkeypatch, capsys):

@@ -5,10 +5,12 @@ cross-field params refused at load time; the training launch bound to 127.0.0.1.
 from __future__ import annotations
 
 import errno
+import importlib
 import http.server
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from centralrl.config import load_config
 from centralrl.data.formats import records
@@ -317,6 +320,43 @@ EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questi
             ["--backbone", "main", "--out", "model", "--metrics", "profiles/smoke.yaml"],
             "--metrics profiles/smoke.yaml overlaps the input --params profiles",
         ),
+        (  # replaced the training questions with the model's metrics, exit 0
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "train.jsonl"],
+            "--metrics: train.jsonl exists and is not a .json file: not an earlier output of this flag",
+        ),
+        (  # replaced another params file with the evaluation's metrics
+            "evaluate",
+            EVALUATE_BASE + ["--out", "ev", "--metrics", "other.yaml"],
+            "--metrics: other.yaml exists and is not a .json file: not an earlier output of this flag",
+        ),
+        (
+            "train",
+            ["--arm", "joint", "--seed", "0", "--backbone", "main", "--model", "m", "--index", "i", "--train", "t"]
+            + ["--adapters", "ad", "--budgets", "b.json", "--history", "other.yaml", "--metrics", "m.json"]
+            + ["--state", "state"],
+            "--history: other.yaml exists and is not a .jsonl file",
+        ),
+        (  # wrote a file named newdir
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", "newdir/"],
+            "argument --metrics: newdir/: ends in /, as a folder does, but this output is a file",
+        ),
+        (  # the checkout's folder: "--out:  holds '.ci', '.dvc' ... and 26 more"
+            "evaluate",
+            EVALUATE_BASE + ["--out", "", "--metrics", "m.json"],
+            "argument --out: empty path",
+        ),
+        (  # ".: this output is a file, but a folder of that name is in the way"
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", ""],
+            "argument --metrics: empty path",
+        ),
+        (
+            "build_index",
+            ["--corpus", "", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"],
+            "argument --corpus: empty path",
+        ),
         (  # found at the stage's last write, with its other outputs already replaced
             "prepare_data",
             ["--train", "t.jsonl", "--test", "e.jsonl", "--corpus", "c.jsonl", "--metrics", "/proc/centralrl.json"],
@@ -335,10 +375,31 @@ def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_star
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     (tmp_path / "arm" / "seed0" / "equal_steps").mkdir(parents=True)
     (tmp_path / "arm" / "seed0" / "equal_steps" / "records.jsonl").write_text("{}\n")
-    before = sorted(tmp_path.rglob("*"))
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    (tmp_path / "other.yaml").write_text("profile: smoke\n")
+    before = {path: path.is_file() and path.read_bytes() for path in tmp_path.rglob("*")}
     done = run(["-m", f"stages.{stage}", "--params", "params.yaml", *arguments], tmp_path)
     assert done.returncode == 2 and named in done.stderr, done.stderr
-    assert sorted(tmp_path.rglob("*")) == before
+    assert {path: path.is_file() and path.read_bytes() for path in tmp_path.rglob("*")} == before
+
+
+DVC_ITEMS = {"${item.arm}": "joint", "${item.seed}": "0", "${item.backbone}": "main", "${item.reference}": "base"}
+
+
+def test_every_stage_takes_dvc_yamls_outputs_again_over_their_earlier_versions(tmp_path, monkeypatch):
+    """An existing output file not named as its flag writes is refused (above); the outputs of dvc.yaml's own
+    commands, there from the last run, are each stage's own and pass."""
+    write_params(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for name, stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
+        command = stage.get("do", stage)["cmd"]
+        for placeholder, value in (DVC_ITEMS | {"${item}": "main"}).items():
+            command = command.replace(placeholder, value)
+        argv = shlex.split(command)
+        for path in (Path(arg) for arg in argv if arg.endswith((".json", ".jsonl"))):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}\n")
+        assert importlib.import_module(argv[2]).arguments(argv[3:]).params == "params.yaml", name
 
 
 def test_a_training_file_too_small_for_the_dev_split_is_named():

@@ -7,6 +7,7 @@ import http.server
 import importlib.util
 import shutil
 import socket
+import subprocess
 import threading
 import urllib.error
 from pathlib import Path
@@ -429,3 +430,18 @@ def test_the_mlflow_check_judges_a_server_as_the_stages_do():
         server.shutdown()
         server.server_close()
     assert not check.ok and check.reason.startswith(f"{url} answers /health (HTTP 501) but not as MLflow: GET ")
+
+
+def test_make_help_lists_every_target_with_what_it_does():
+    """`make help` was no target, though the Makefile described some of its targets with `##` comments."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    listed = [line.split(maxsplit=1) for line in done.stdout.splitlines()]
+    phony = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
+    assert sorted(name for name, _ in listed) == sorted(phony.split()[1:])
+    assert [
+        "plan",
+        "what the experiment would run, and whether this machine has what it needs (PROFILE=paper-3b)",
+    ] in listed

@@ -41,7 +41,8 @@ from centralrl.services import is_file_store, url_problem
 
 DEFAULT_PROFILE = "default"
 MATRIX_AXES = ("seeds", "backbones", "references", "arms")  # expanded by dvc.yaml from params.yaml itself
-Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]  # torch.manual_seed takes no more (a larger one was a traceback)
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes no more (a larger one was a traceback)
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 
 def _each_once(values: list) -> list:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from centralrl.config import MAX_SEED
 from centralrl.errors import ConfigError
 from centralrl.processes import tied_to_this_process
 
@@ -126,8 +127,8 @@ def dvc_command(
     ['exp', 'run', '-S', 'profile=smoke', '--dry', 'compare']
     """
     for seed in seeds or ():  # a deployment's parameter: -1 or true was written into params.yaml by `exp run -S`
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"seeds: {seed!r} is not a seed; a seed is a whole number >= 0")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:  # as params' `Seed`
+            raise ConfigError(f"seeds: {seed!r} is not a seed; a seed is a whole number from 0 to {MAX_SEED}")
     for name, chosen in (("arms", arms), ("seeds", seeds), ("targets", targets)):
         if chosen is not None and not chosen:
             raise ConfigError(f"{name}: an empty list selects nothing; name at least one, or leave {name} out for all")

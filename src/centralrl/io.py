@@ -96,6 +96,18 @@ def output_in_the_way(target: Path, folder: bool) -> str | None:
     return None
 
 
+def foreign_file(target: Path, suffix: str) -> str | None:
+    """Why the output `target`, a file written as `suffix` (".json"), may not replace what is there, or None: an
+    existing file whose name does not end in `suffix` (the training questions named as a metrics output) is not
+    an earlier output; a new path, or one ending in `suffix`, is fine."""
+    if not target.exists() or target.is_dir() or target.name.lower().endswith(suffix.lower()):
+        return None
+    return (
+        f"{target} exists and is not a {suffix} file: not an earlier output of this flag, which would replace it; "
+        f"name a new file or a {suffix} one"
+    )
+
+
 def folder_refuses_files(target: Path) -> str | None:
     """Why the nearest existing folder above `target`, where its temporary (and any missing folders) would be
     made, takes no new file, found by making and deleting one (a read-only mount, no permission, /proc); else
