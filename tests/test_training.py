@@ -350,7 +350,6 @@ def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
 
     state = tmp_path / "state"
     write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "params-a"})
-    (state / "step-000003").mkdir()  # a save that was killed before its meta.json: never picked
     assert latest_state(state, "params-a") == state / "step-000002"
     assert latest_state(state, "params-b") is None
     assert not state.exists()  # the stale states are gone, so nothing can resume from them later
@@ -358,7 +357,9 @@ def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
 
 def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_path):
     """A truncated optimizer state was a torch traceback, a history row without its fields a KeyError at the
-    end of the run, and a state that lost an adapter was resumed with that role's adapter fresh."""
+    end of the run, a state that lost an adapter was resumed with that role's adapter fresh, a meta.json that is
+    no JSON object an AttributeError, and a newest state without meta.json was passed over for the one before
+    (a step silently undone)."""
     import json
     import shutil
 
@@ -368,19 +369,24 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
     from conftest import poison_adapter
 
     folder, params, data = smoke_run
-    saved = max(central_only_run["state"].glob("step-*"))  # the newest (the one before it is kept too)
+    state = central_only_run["state"]
+    saved = max(state.glob("step-*"))  # the newest
+    assert len(list(state.glob("step-*"))) == 2  # the one before it is kept too: never resumed in its place
     key = json.loads((saved / "meta.json").read_text())["fingerprint"]
     damages = {
         "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),
         "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
         "history": (lambda s: (s / "history.jsonl").write_text('{"step": 1}\n'), "history.jsonl:1 has no skipped"),
         "nan": (lambda s: poison_adapter(s / "adapters" / "central"), r"adapter central: .*lora_.* non-finite"),
-        # the copy holds the step, not the cuts beside it: the run would end hashing them as empty folders
-        "cuts": (lambda s: None, r"it cut .*two_steps, but .*cuts has no such folder"),
+        # without the cuts beside it, the run would end hashing them as empty folders
+        "cuts": (lambda s: shutil.rmtree(s.parent / "cuts"), r"it cut .*two_steps, but .*cuts has no such folder"),
+        "meta": (lambda s: (s / "meta.json").write_text("[]\n"), r"meta.json holds a JSON list, not an object"),
+        "json": (lambda s: (s / "meta.json").write_text("{"), r"meta.json:1: malformed JSON"),
+        "no_meta": (lambda s: (s / "meta.json").unlink(), r"no meta.json"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
     for name, (damage, says) in damages.items():
-        shutil.copytree(saved, tmp_path / name / saved.name)
+        shutil.copytree(state, tmp_path / name)
         damage(tmp_path / name / saved.name)
         with pytest.raises(DataError, match=rf"{name}/step-\d+: a damaged training state \(.*({says})"):
             build_trainer(load_config(params), "central_only", 0, "main", *inputs, str(tmp_path / name), key, World())

@@ -6,10 +6,11 @@ machine that shaped it). No generator state: every draw of a step derives from (
 dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
 atomically and replaces the older steps but the one before it: the KL the next step logs is that of this
 state's policy, and when it passes `train.health.max_kl` the run sets this state aside and the one before is the
-newest kept state (`centralrl.rl.health`). `latest_state` picks the newest complete state with the caller's
+newest kept state (`centralrl.rl.health`). `latest_state` picks the newest state when it has the caller's
 fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
-resumed; `restore` loads one into a trainer. A budget's cut (`save_cut`) is a snapshot of the adapters, kept
-under `state_dir/cuts/<budget>/` until the run writes its outputs.
+resumed, and refuses a newest state whose meta.json is damaged, naming it; `restore` loads one into a trainer.
+A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run
+writes its outputs.
 """
 
 from __future__ import annotations
@@ -68,13 +69,31 @@ def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
 
 
 def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
-    """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
-    done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
-    if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
+    """The newest state in `state_dir` when a run with this fingerprint saved it, or None; states of other runs are
+    removed. A newest state whose meta.json is missing or no JSON object is refused naming it: states are written
+    whole, so it was damaged afterwards (resuming the one before it would silently undo a step)."""
+    saved = sorted(state_dir.glob("step-*")) if state_dir.is_dir() else []
+    if not saved:
+        return None
+    if _meta(saved[-1]).get("fingerprint") != fingerprint:
         print(f"{state_dir}: saved by a run with other params, inputs, code or machine; starting from step 0")
         shutil.rmtree(state_dir)
         return None
-    return done[-1] if done else None
+    return saved[-1]
+
+
+def _meta(checkpoint: Path) -> dict:
+    """A state's meta.json, which must be there and hold a JSON object."""
+    path = checkpoint / "meta.json"
+    if not path.is_file():
+        raise _damaged(checkpoint, "no meta.json")
+    try:
+        meta = read_json(path)
+    except DataError as error:
+        raise _damaged(checkpoint, str(error).removeprefix(f"{checkpoint}/")) from None
+    if not isinstance(meta, dict):
+        raise _damaged(checkpoint, f"meta.json holds a JSON {type(meta).__name__}, not an object")
+    return meta
 
 
 # how a truncated or edited file of a state fails to load (torch.load, safetensors, a missing meta field)
