@@ -373,6 +373,7 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
     saved = max(state.glob("step-*"))  # the newest
     assert len(list(state.glob("step-*"))) == 2  # the one before it is kept too: never resumed in its place
     key = json.loads((saved / "meta.json").read_text())["fingerprint"]
+    cut = r"cuts/two_steps holds other files than the run cut there"
     damages = {
         "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),
         "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
@@ -381,6 +382,9 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         # without the cuts beside it, the run would end hashing them as empty folders
         "cuts": (lambda s: shutil.rmtree(s.parent / "cuts"), r"it cut .*two_steps, but .*cuts has no such folder"),
         "meta": (lambda s: (s / "meta.json").write_text("[]\n"), r"meta.json holds a JSON list, not an object"),
+        # a damaged cut was resumed from and published as the budget's adapters, exit 0 (evaluate failed on them)
+        "cut": (lambda s: os.truncate(s.parent / "cuts/two_steps/central/adapter_model.safetensors", 60), cut),
+        "cut_adapter": (lambda s: shutil.rmtree(s.parent / "cuts/two_steps/central"), cut),
         "json": (lambda s: (s / "meta.json").write_text("{"), r"meta.json:1: malformed JSON"),
         "no_meta": (lambda s: (s / "meta.json").unlink(), r"no meta.json"),
     }

@@ -1,16 +1,17 @@
 """The saved state of a GRPO run, so that a killed run resumes and ends byte-identical to an uninterrupted one.
 
 A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
-history, the budget cuts so far, the wall-clock spent, and the run's fingerprint (the params, inputs, code and
-machine that shaped it). No generator state: every draw of a step derives from (seed, step), the update's
-dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
-atomically and replaces the older steps but the one before it: the KL the next step logs is that of this
-state's policy, and when it passes `train.health.max_kl` the run sets this state aside and the one before is the
-newest kept state (`centralrl.rl.health`). `latest_state` picks the newest state when it has the caller's
-fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
-resumed, and refuses a newest state whose meta.json is damaged, naming it; `restore` loads one into a trainer.
-A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run
-writes its outputs.
+history, the budget cuts so far (and the sha256 of each cut's folder), the wall-clock spent, and the run's
+fingerprint (the params, inputs, code and machine that shaped it). No generator state: every draw of a step
+derives from (seed, step), the update's dropout masks included (`Trainer.learn`), so a resumed step draws what
+it drew the first time. It is written atomically and replaces the older steps but the one before it: the KL the
+next step logs is that of this state's policy, and when it passes `train.health.max_kl` the run sets this state
+aside and the one before is the newest kept state (`centralrl.rl.health`). `latest_state` picks the newest
+state when it has the caller's fingerprint and removes the states of any other run (other params, inputs, code
+or machine), so they are never resumed, and refuses a newest state whose meta.json is damaged, naming it;
+`restore` loads one into a trainer, refusing it when it cannot be read or its cuts no longer hold the bytes it
+recorded. A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/`
+until the run writes its outputs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from peft import set_peft_model_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from centralrl.codedeps import folder_sha256
 from centralrl.config import adapter_names
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
@@ -42,8 +44,8 @@ class Progress:
 
 
 def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
-    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove the steps older than
-    the one before it (kept for the KL monitor: the module's docstring)."""
+    """Write step-<n>/ atomically (with the progress so far, the sha256 of every cut's folder and the fingerprint),
+    then remove the steps older than the one before it (kept for the KL monitor: the module's docstring)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
         save_adapters(trainer.policy.model, tmp / "adapters")
@@ -56,6 +58,7 @@ def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprin
                 "fingerprint": fingerprint,
                 "wall_seconds": progress.wall_seconds,
                 "cuts": progress.cuts,
+                "cut_sha256": {name: folder_sha256(state_dir / "cuts" / name) for name in sorted(progress.cuts)},
             },
         )
     for old in sorted(state_dir.glob("step-*"))[:-2]:
@@ -112,16 +115,18 @@ HISTORY_KEYS = ("step", "skipped", "reward_mean", "flops.generation", "flops.upd
 
 def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress.
-    A state that lacks one of the trainer's adapters, or that cannot be read, is a DataError naming it: states are
-    written whole, so it was damaged afterwards, and resuming from it would train from wrong weights or fail
-    later. Nothing is deleted: the message says what to delete to start the cell over."""
+    A state that lacks one of the trainer's adapters, that cannot be read, or whose cuts are gone or hold other
+    bytes than it recorded, is a DataError naming it: states are written whole, so it was damaged afterwards, and
+    resuming from it would train from wrong weights, publish damaged adapters or fail later. Nothing is deleted:
+    the message says what to delete to start the cell over."""
     expected = adapter_names(trainer.policy.adapters)
     folder = checkpoint / "adapters"
     saved = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if saved != expected:
         raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
+    meta = _meta(checkpoint)
     try:
-        progress = _restored(trainer, checkpoint)
+        progress = _restored(trainer, checkpoint, meta)
     except UNREADABLE as error:
         raise _damaged(checkpoint, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
     for adapter in expected:
@@ -136,6 +141,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     lost = [name for name in progress.cuts if not (cuts / name).is_dir()]
     if lost:  # its outputs would be hashed as an empty folder, then fail to copy after the whole run
         raise _damaged(checkpoint, f"it cut {', '.join(lost)}, but {cuts} has no such folder")
+    recorded = meta.get("cut_sha256")
+    for name in sorted(progress.cuts):  # the run would publish it as the budget's adapters (budgets.json hashes it)
+        if not isinstance(recorded, dict) or folder_sha256(cuts / name) != recorded.get(name):
+            raise _damaged(checkpoint, f"{cuts / name} holds other files than the run cut there")
     return progress
 
 
@@ -145,7 +154,7 @@ def _damaged(checkpoint: Path, what: str) -> DataError:
     )
 
 
-def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
+def _restored(trainer: Trainer, checkpoint: Path, meta: dict) -> Progress:
     model = trainer.policy.model
     for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
         # copied in place, so the optimizer keeps pointing at the same parameter tensors
@@ -153,7 +162,6 @@ def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
     state = torch.load(checkpoint / "trainer.pt", weights_only=False)
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
-    meta = read_json(checkpoint / "meta.json")
     trainer.step = int(meta["step"])
     trainer.policy.weights_changed()
     return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])
