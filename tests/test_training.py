@@ -346,13 +346,35 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
 
 def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
     from centralrl.io import write_json
-    from centralrl.rl.checkpoint import latest_state
+    from centralrl.rl.checkpoint import StateKey, latest_state
 
-    state = tmp_path / "state"
-    write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "params-a"})
-    assert latest_state(state, "params-a") == state / "step-000002"
-    assert latest_state(state, "params-b") is None
+    state, cell = tmp_path / "state", {"arm": "joint", "seed": 0, "backbone": "main"}
+    write_json(state / "step-000002" / "meta.json", {"step": 2, "cell": cell, "fingerprint": "params-a"})
+    assert latest_state(state, StateKey("joint", 0, "main", "params-a")) == state / "step-000002"
+    assert latest_state(state, StateKey("joint", 0, "main", "params-b")) is None
     assert not state.exists()  # the stale states are gone, so nothing can resume from them later
+    write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "old"})  # an older version's: no cell
+    assert latest_state(state, StateKey("joint", 0, "main", "params-a")) is None
+    assert not state.exists()
+
+
+def test_another_cells_state_is_refused_naming_both_cells_and_kept(smoke_run, central_only_run, tmp_path):
+    """The train stage of joint given central_only's `--state` removed it ("saved by a run with other params, ...;
+    starting from step 0") and trained joint there."""
+    import shutil
+
+    from centralrl.errors import DataError
+
+    folder, params, data = smoke_run
+    state = tmp_path / "central_only_state"
+    shutil.copytree(central_only_run["state"], state)
+    before = _file_hashes(state)
+    saver, runner = (f'{{"arm": "{arm}", "backbone": "main", "seed": 0}}' for arm in ("central_only", "joint"))
+    with pytest.raises(
+        DataError, match=re.escape(f"{state}: the training state of another cell ({saver}, not {runner});")
+    ):
+        train(folder, params, data, "joint", "joint_elsewhere", f"--state={state}")
+    assert _file_hashes(state) == before
 
 
 def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_path):
@@ -365,6 +387,7 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
 
     from centralrl.distributed import World
     from centralrl.errors import DataError
+    from centralrl.rl.checkpoint import StateKey
     from centralrl.rl.run import build_trainer
     from conftest import poison_adapter
 
@@ -372,7 +395,7 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
     state = central_only_run["state"]
     saved = max(state.glob("step-*"))  # the newest
     assert len(list(state.glob("step-*"))) == 2  # the one before it is kept too: never resumed in its place
-    key = json.loads((saved / "meta.json").read_text())["fingerprint"]
+    key = StateKey("central_only", 0, "main", json.loads((saved / "meta.json").read_text())["fingerprint"])
     cut = r"cuts/two_steps holds other files than the run cut there"
     damages = {
         "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),

@@ -2,20 +2,22 @@
 
 A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
 history, the budget cuts so far (and the sha256 of each cut's folder), the wall-clock spent, and the run's
-fingerprint (the params, inputs, code and machine that shaped it). No generator state: every draw of a step
-derives from (seed, step), the update's dropout masks included (`Trainer.learn`), so a resumed step draws what
-it drew the first time. It is written atomically and replaces the older steps but the one before it: the KL the
-next step logs is that of this state's policy, and when it passes `train.health.max_kl` the run sets this state
-aside and the one before is the newest kept state (`centralrl.rl.health`). `latest_state` picks the newest
-state when it has the caller's fingerprint and removes the states of any other run (other params, inputs, code
-or machine), so they are never resumed, and refuses a newest state whose meta.json is damaged, naming it;
-`restore` loads one into a trainer, refusing it when it cannot be read or its cuts no longer hold the bytes it
-recorded. A budget's cut (`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/`
-until the run writes its outputs.
+`StateKey`: its cell and fingerprint (the params, inputs, code and machine that shaped it). No generator state:
+every draw of a step derives from (seed, step), the update's dropout masks included (`Trainer.learn`), so a
+resumed step draws what it drew the first time. It is written atomically and replaces the older steps but the
+one before it: the KL the next step logs is that of this state's policy, and when it passes
+`train.health.max_kl` the run sets this state aside and the one before is the newest kept state
+(`centralrl.rl.health`). `latest_state` picks the newest state when it has the caller's key and removes the
+cell's states of any other run (other params, inputs, code or machine), so they are never resumed; it refuses
+another cell's state and a newest state whose meta.json is damaged, naming them; `restore` loads one into a
+trainer, refusing it when it cannot be read or its cuts no longer hold the bytes it recorded. A budget's cut
+(`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run writes its
+outputs.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 from dataclasses import dataclass, field
@@ -43,9 +45,24 @@ class Progress:
     cuts: dict[str, dict] = field(default_factory=dict)
 
 
-def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
-    """Write step-<n>/ atomically (with the progress so far, the sha256 of every cut's folder and the fingerprint),
-    then remove the steps older than the one before it (kept for the KL monitor: the module's docstring)."""
+@dataclass(frozen=True)
+class StateKey:
+    """Who may resume a state: the cell (arm, seed, backbone) that saved it, under the fingerprint of the params,
+    inputs, code and machine that shaped its run (`centralrl.rl.run.fingerprint`)."""
+
+    arm: str
+    seed: int
+    backbone: str
+    fingerprint: str
+
+    @property
+    def cell(self) -> dict:
+        return {"arm": self.arm, "seed": self.seed, "backbone": self.backbone}
+
+
+def save_state(trainer: Trainer, state_dir: Path, progress: Progress, key: StateKey) -> None:
+    """Write step-<n>/ atomically (with the progress so far, the sha256 of every cut's folder and the key), then
+    remove the steps older than the one before it (kept for the KL monitor: the module's docstring)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
         save_adapters(trainer.policy.model, tmp / "adapters")
@@ -55,7 +72,8 @@ def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprin
             tmp / "meta.json",
             {
                 "step": trainer.step,
-                "fingerprint": fingerprint,
+                "cell": key.cell,
+                "fingerprint": key.fingerprint,
                 "wall_seconds": progress.wall_seconds,
                 "cuts": progress.cuts,
                 "cut_sha256": {name: folder_sha256(state_dir / "cuts" / name) for name in sorted(progress.cuts)},
@@ -71,14 +89,23 @@ def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
         save_adapters(trainer.policy.model, tmp)
 
 
-def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
-    """The newest state in `state_dir` when a run with this fingerprint saved it, or None; states of other runs are
-    removed. A newest state whose meta.json is missing or no JSON object is refused naming it: states are written
-    whole, so it was damaged afterwards (resuming the one before it would silently undo a step)."""
+def latest_state(state_dir: Path, key: StateKey) -> Path | None:
+    """The newest state in `state_dir` when `key` saved it, or None. One this cell saved under another fingerprint,
+    or an older version's (its meta.json names no cell), is stale: `state_dir` is removed, so it is never resumed.
+    Another cell's state is refused naming both cells (removing it would lose that cell's training), as is a newest
+    state whose meta.json is missing or no JSON object: states are written whole, so it was damaged afterwards
+    (resuming the one before it would silently undo a step)."""
     saved = sorted(state_dir.glob("step-*")) if state_dir.is_dir() else []
     if not saved:
         return None
-    if _meta(saved[-1]).get("fingerprint") != fingerprint:
+    meta = _meta(saved[-1])
+    if "cell" in meta and meta["cell"] != key.cell:
+        cells = [json.dumps(cell, sort_keys=True) for cell in (meta["cell"], key.cell)]
+        raise DataError(
+            f"{state_dir}: the training state of another cell ({cells[0]}, not {cells[1]}); give each cell its own "
+            f"--state folder, or delete {state_dir} to train this cell there from step 0"
+        )
+    if meta.get("fingerprint") != key.fingerprint:
         print(f"{state_dir}: saved by a run with other params, inputs, code or machine; starting from step 0")
         shutil.rmtree(state_dir)
         return None
