@@ -10,8 +10,11 @@ import pytest
 import torch
 
 from centralrl.config import load_config
+from centralrl.rl.checkpoint import StateKey
 
 from conftest import TOY, toy_questions, write_params
+
+KEY = StateKey("test", 0, "main", "key")  # the cell and fingerprint of the states these tests save
 
 
 def _trainer(
@@ -182,7 +185,7 @@ def test_a_resumed_run_continues_the_learning_rate_schedule(tiny_backbone, tmp_p
     grpo = {"learning_rate": 3e-4, "lr_schedule": "linear", "warmup_steps": 1, "steps": 10}
     straight = _trainer(tiny_backbone, tmp_path / "straight", ["conclusion"], grpo)
     first = straight.learn(straight.rollout(), SIGNAL)
-    save_state(straight, tmp_path / "state", Progress([{"step": 1, **first}]), "key")
+    save_state(straight, tmp_path / "state", Progress([{"step": 1, **first}]), KEY)
     rates = [straight.learn(straight.rollout(), SIGNAL)["learning_rate"] for _ in range(2)]
     assert rates == pytest.approx([3e-4, 3e-4 * 8 / 9])
 
@@ -232,11 +235,11 @@ def test_an_absurd_learning_rate_stops_the_run_naming_the_step_and_monitor(tiny_
     state = tmp_path / "state"
     lines: list[str] = []
     with pytest.raises(TrainingDiverged, match=r"diverged at step 2: kl to the starting policy [\d.]+ passed"):
-        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker(), lines.append)
+        run_steps(trainer.cfg, trainer, Progress([]), state, KEY, always_signal, NullTracker(), lines.append)
     assert trainer.step == 2
     # step 1's state set aside, nothing of step 2 saved (a check after the save would have left step-000002)
     assert sorted(p.name for p in state.iterdir()) == ["cuts", "past-max-kl-step-000001"]
-    assert latest_state(state, "key") is None
+    assert latest_state(state, KEY) is None
     # the console shows every step up to the one that diverged
     assert [line.split(": reward")[0] for line in lines] == ["step 1/6", "step 2/6"]
 
@@ -259,11 +262,11 @@ def test_a_non_finite_loss_stops_the_run_before_saving_its_step_and_keeps_the_st
     with pytest.raises(
         TrainingDiverged, match=r"diverged at step 3: loss is nan; nothing of this step was saved"
     ) as stop:
-        run_steps(trainer.cfg, trainer, progress, state, "key", nan_at_step_3, NullTracker())
+        run_steps(trainer.cfg, trainer, progress, state, KEY, nan_at_step_3, NullTracker())
     assert f"the last good state is {state / 'step-000002'};" in str(stop.value)
     assert progress.history[-1]["step"] == 3 and math.isfinite(progress.history[-1]["kl"])
     assert [p.name for p in sorted(state.glob("step-*"))] == ["step-000001", "step-000002"]
-    assert latest_state(state, "key") == state / "step-000002"
+    assert latest_state(state, KEY) == state / "step-000002"
     # restoring it over the NaN weights: `restore` refuses a state with non-finite weights
     assert restore(trainer, state / "step-000002").history[-1]["step"] == 2 and trainer.step == 2
 
@@ -283,7 +286,7 @@ def test_a_kl_past_max_kl_sets_aside_the_state_it_measured_and_a_rerun_resumes_t
     budgets = {"three_steps": {"steps": 3}}  # not TOY's, which are all cut at step 2
     free = _trainer(tiny_backbone, tmp_path / "free", ["conclusion"], grpo, {"max_kl": 1e9}, budgets=budgets)
     progress = Progress([])
-    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", "key", always_signal, NullTracker())
+    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", KEY, always_signal, NullTracker())
     kl = [row["kl"] for row in progress.history]
     assert kl[0] == 0 < kl[1] < kl[2]  # step 1 starts from the start itself
     max_kl = (kl[1] + kl[2]) / 2
@@ -291,10 +294,10 @@ def test_a_kl_past_max_kl_sets_aside_the_state_it_measured_and_a_rerun_resumes_t
 
     for resumed in (None, state / "step-000001"):
         trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, {"max_kl": max_kl}, budgets=budgets)
-        assert latest_state(state, "key") == resumed
+        assert latest_state(state, KEY) == resumed
         progress = restore(trainer, resumed) if resumed else Progress([])
         with pytest.raises(TrainingDiverged, match=r"diverged at step 3: kl to the starting policy") as stop:
-            run_steps(trainer.cfg, trainer, progress, state, "key", always_signal, NullTracker())
+            run_steps(trainer.cfg, trainer, progress, state, KEY, always_signal, NullTracker())
         assert "set aside as past-max-kl-step-000002" in str(stop.value)
         kept = f"the newest kept state is {state / 'step-000001'}, whose KL was measured under the limit at step 2;"
         assert kept in str(stop.value)
@@ -320,18 +323,18 @@ def test_without_a_kl_term_the_kl_is_measured_every_kl_every_steps_and_its_guard
     lines: list[str] = []
     with pytest.raises(TrainingDiverged, match=r"diverged at step 2: kl to the starting policy"):
         run_steps(
-            trainer.cfg, trainer, Progress([]), tmp_path / "state", "key", always_signal, NullTracker(), lines.append
+            trainer.cfg, trainer, Progress([]), tmp_path / "state", KEY, always_signal, NullTracker(), lines.append
         )
     assert len(lines) == 2  # step 1 passed: its KL was not measured
     unwatched = _trainer(tiny_backbone, tmp_path / "never", ["conclusion"], grpo, {"kl_every": 0, "max_kl": 1e-3})
     progress = Progress([])
-    run_steps(unwatched.cfg, unwatched, progress, tmp_path / "never" / "state", "key", always_signal, NullTracker())
+    run_steps(unwatched.cfg, unwatched, progress, tmp_path / "never" / "state", KEY, always_signal, NullTracker())
     assert unwatched.step == 4 and all("kl" not in row for row in progress.history)
     assert progress.history[0]["flops.update"] > 0
     # a run shorter than kl_every is measured at its last step: it was never measured, so never guarded
     short = _trainer(tiny_backbone, tmp_path / "short", ["conclusion"], grpo, {"kl_every": 8, "max_kl": 1e-3})
     with pytest.raises(TrainingDiverged, match=r"diverged at step 4: kl to the starting policy"):
-        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", "key", always_signal, NullTracker())
+        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", KEY, always_signal, NullTracker())
 
 
 def test_a_kl_measured_every_few_steps_names_the_newest_kept_state_for_what_is_known_of_it(tiny_backbone, tmp_path):
@@ -350,14 +353,14 @@ def test_a_kl_measured_every_few_steps_names_the_newest_kept_state_for_what_is_k
         tiny_backbone, tmp_path / "free", ["conclusion"], grpo, {"kl_every": 2, "max_kl": 1e9}, budgets=budgets
     )
     progress = Progress([])
-    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", "key", always_signal, NullTracker())
+    run_steps(free.cfg, free, progress, tmp_path / "free" / "state", KEY, always_signal, NullTracker())
     kl = {row["step"]: row["kl"] for row in progress.history if "kl" in row}
     assert list(kl) == [2, 4] and kl[2] < kl[4]
     state = tmp_path / "state"
     health = {"kl_every": 2, "max_kl": (kl[2] + kl[4]) / 2}
     trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], grpo, health, budgets=budgets)
     with pytest.raises(TrainingDiverged, match=r"diverged at step 4: kl to the starting policy") as stop:
-        run_steps(trainer.cfg, trainer, Progress([]), state, "key", always_signal, NullTracker())
+        run_steps(trainer.cfg, trainer, Progress([]), state, KEY, always_signal, NullTracker())
     said = str(stop.value)
     assert "set aside as past-max-kl-step-000003" in said and "last good" not in said
     assert (
@@ -367,7 +370,7 @@ def test_a_kl_measured_every_few_steps_names_the_newest_kept_state_for_what_is_k
     # a run shorter than kl_every is measured at its last step only: nothing before it was measured
     short = _trainer(tiny_backbone, tmp_path / "short", ["conclusion"], grpo, {"kl_every": 8, "max_kl": 1e-3})
     with pytest.raises(TrainingDiverged, match=r"diverged at step 4") as stop:
-        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", "key", always_signal, NullTracker())
+        run_steps(short.cfg, short, Progress([]), tmp_path / "short" / "state", KEY, always_signal, NullTracker())
     assert "whose KL was not measured (no KL was measured before step 4);" in str(stop.value)
 
 
@@ -382,7 +385,7 @@ def test_a_reward_collapse_stops_the_run_though_no_kl_is_measured(tiny_backbone,
     collapsing = Phases(reward=lambda trainer, episodes: SIGNAL if trainer.step == 0 else torch.zeros(2, 4))
     state = tmp_path / "state"
     with pytest.raises(TrainingDiverged, match=r"diverged at step 3: mean reward 0 in the last 2 steps"):
-        run_steps(trainer.cfg, trainer, Progress([]), state, "key", collapsing, NullTracker())
+        run_steps(trainer.cfg, trainer, Progress([]), state, KEY, collapsing, NullTracker())
     assert sorted(p.name for p in state.glob("step-*"))[-1] == "step-000002"
 
 
@@ -542,7 +545,8 @@ def test_the_train_stage_draws_every_step_from_its_seeds_pool(smoke_run, tmp_pat
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
 
     def pool(arm: str, seed: int) -> list[str]:
-        trainer, _ = build_trainer(cfg, arm, seed, "main", *inputs, str(tmp_path / arm / str(seed)), "key", World())
+        key = StateKey(arm, seed, "main", "key")
+        trainer, _ = build_trainer(cfg, arm, seed, "main", *inputs, str(tmp_path / arm / str(seed)), key, World())
         drawn = {q.id for trainer.step in range(6) for draw in trainer.draws() for q in draw}
         assert drawn <= {q.id for q in trainer.questions}
         return [q.id for q in trainer.questions]
@@ -578,7 +582,7 @@ def test_an_informative_pool_keeps_only_questions_the_start_sometimes_solves_and
     assert trainer.pool_flops > 0
     assert [q.id for q in sifted().questions] == [q.id for q in trainer.questions]
     progress = Progress([])
-    run_steps(trainer.cfg, trainer, progress, tmp_path / "state", "key", PLAIN, NullTracker())
+    run_steps(trainer.cfg, trainer, progress, tmp_path / "state", KEY, PLAIN, NullTracker())
     first, second = progress.history[:2]
     assert first["flops.pool"] == trainer.pool_flops and "flops.pool" not in second
     assert first["flops.generation"] > trainer.pool_flops

@@ -346,41 +346,74 @@ def test_mean_reward_rises_on_a_task_the_tiny_model_can_learn(tiny_backbone, tmp
 
 def test_a_state_saved_by_other_params_is_never_resumed(tmp_path):
     from centralrl.io import write_json
-    from centralrl.rl.checkpoint import latest_state
+    from centralrl.rl.checkpoint import StateKey, latest_state
 
-    state = tmp_path / "state"
-    write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "params-a"})
-    (state / "step-000003").mkdir()  # a save that was killed before its meta.json: never picked
-    assert latest_state(state, "params-a") == state / "step-000002"
-    assert latest_state(state, "params-b") is None
+    state, cell = tmp_path / "state", {"arm": "joint", "seed": 0, "backbone": "main"}
+    write_json(state / "step-000002" / "meta.json", {"step": 2, "cell": cell, "fingerprint": "params-a"})
+    assert latest_state(state, StateKey("joint", 0, "main", "params-a")) == state / "step-000002"
+    assert latest_state(state, StateKey("joint", 0, "main", "params-b")) is None
     assert not state.exists()  # the stale states are gone, so nothing can resume from them later
+    write_json(state / "step-000002" / "meta.json", {"step": 2, "fingerprint": "old"})  # an older version's: no cell
+    assert latest_state(state, StateKey("joint", 0, "main", "params-a")) is None
+    assert not state.exists()
+
+
+def test_another_cells_state_is_refused_naming_both_cells_and_kept(smoke_run, central_only_run, tmp_path):
+    """The train stage of joint given central_only's `--state` removed it ("saved by a run with other params, ...;
+    starting from step 0") and trained joint there."""
+    import shutil
+
+    from centralrl.errors import DataError
+
+    folder, params, data = smoke_run
+    state = tmp_path / "central_only_state"
+    shutil.copytree(central_only_run["state"], state)
+    before = _file_hashes(state)
+    saver, runner = (f'{{"arm": "{arm}", "backbone": "main", "seed": 0}}' for arm in ("central_only", "joint"))
+    with pytest.raises(
+        DataError, match=re.escape(f"{state}: the training state of another cell ({saver}, not {runner});")
+    ):
+        train(folder, params, data, "joint", "joint_elsewhere", f"--state={state}")
+    assert _file_hashes(state) == before
 
 
 def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_path):
     """A truncated optimizer state was a torch traceback, a history row without its fields a KeyError at the
-    end of the run, and a state that lost an adapter was resumed with that role's adapter fresh."""
+    end of the run, a state that lost an adapter was resumed with that role's adapter fresh, a meta.json that is
+    no JSON object an AttributeError, and a newest state without meta.json was passed over for the one before
+    (a step silently undone)."""
     import json
     import shutil
 
     from centralrl.distributed import World
     from centralrl.errors import DataError
+    from centralrl.rl.checkpoint import StateKey
     from centralrl.rl.run import build_trainer
     from conftest import poison_adapter
 
     folder, params, data = smoke_run
-    saved = max(central_only_run["state"].glob("step-*"))  # the newest (the one before it is kept too)
-    key = json.loads((saved / "meta.json").read_text())["fingerprint"]
+    state = central_only_run["state"]
+    saved = max(state.glob("step-*"))  # the newest
+    assert len(list(state.glob("step-*"))) == 2  # the one before it is kept too: never resumed in its place
+    key = StateKey("central_only", 0, "main", json.loads((saved / "meta.json").read_text())["fingerprint"])
+    cut = r"cuts/two_steps holds other files than the run cut there"
     damages = {
         "trainer.pt": (lambda s: (s / "trainer.pt").write_bytes(b"\0" * 100), "RuntimeError|UnpicklingError"),
         "adapter": (lambda s: shutil.rmtree(s / "adapters" / "central"), r"adapters \[\], but the arm trains"),
         "history": (lambda s: (s / "history.jsonl").write_text('{"step": 1}\n'), "history.jsonl:1 has no skipped"),
         "nan": (lambda s: poison_adapter(s / "adapters" / "central"), r"adapter central: .*lora_.* non-finite"),
-        # the copy holds the step, not the cuts beside it: the run would end hashing them as empty folders
-        "cuts": (lambda s: None, r"it cut .*two_steps, but .*cuts has no such folder"),
+        # without the cuts beside it, the run would end hashing them as empty folders
+        "cuts": (lambda s: shutil.rmtree(s.parent / "cuts"), r"it cut .*two_steps, but .*cuts has no such folder"),
+        "meta": (lambda s: (s / "meta.json").write_text("[]\n"), r"meta.json holds a JSON list, not an object"),
+        # a damaged cut was resumed from and published as the budget's adapters, exit 0 (evaluate failed on them)
+        "cut": (lambda s: os.truncate(s.parent / "cuts/two_steps/central/adapter_model.safetensors", 60), cut),
+        "cut_adapter": (lambda s: shutil.rmtree(s.parent / "cuts/two_steps/central"), cut),
+        "json": (lambda s: (s / "meta.json").write_text("{"), r"meta.json:1: malformed JSON"),
+        "no_meta": (lambda s: (s / "meta.json").unlink(), r"no meta.json"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
     for name, (damage, says) in damages.items():
-        shutil.copytree(saved, tmp_path / name / saved.name)
+        shutil.copytree(state, tmp_path / name)
         damage(tmp_path / name / saved.name)
         with pytest.raises(DataError, match=rf"{name}/step-\d+: a damaged training state \(.*({says})"):
             build_trainer(load_config(params), "central_only", 0, "main", *inputs, str(tmp_path / name), key, World())

@@ -1,19 +1,23 @@
 """The saved state of a GRPO run, so that a killed run resumes and ends byte-identical to an uninterrupted one.
 
 A state (`save_state`) is the folder `state_dir/step-<n>/`: the adapters, the optimizer and scheduler, the
-history, the budget cuts so far, the wall-clock spent, and the run's fingerprint (the params, inputs, code and
-machine that shaped it). No generator state: every draw of a step derives from (seed, step), the update's
-dropout masks included (`Trainer.learn`), so a resumed step draws what it drew the first time. It is written
-atomically and replaces the older steps but the one before it: the KL the next step logs is that of this
-state's policy, and when it passes `train.health.max_kl` the run sets this state aside and the one before is the
-newest kept state (`centralrl.rl.health`). `latest_state` picks the newest complete state with the caller's
-fingerprint and removes the states of any other run (other params, inputs, code or machine), so they are never
-resumed; `restore` loads one into a trainer. A budget's cut (`save_cut`) is a snapshot of the adapters, kept
-under `state_dir/cuts/<budget>/` until the run writes its outputs.
+history, the budget cuts so far (and the sha256 of each cut's folder), the wall-clock spent, and the run's
+`StateKey`: its cell and fingerprint (the params, inputs, code and machine that shaped it). No generator state:
+every draw of a step derives from (seed, step), the update's dropout masks included (`Trainer.learn`), so a
+resumed step draws what it drew the first time. It is written atomically and replaces the older steps but the
+one before it: the KL the next step logs is that of this state's policy, and when it passes
+`train.health.max_kl` the run sets this state aside and the one before is the newest kept state
+(`centralrl.rl.health`). `latest_state` picks the newest state when it has the caller's key and removes the
+cell's states of any other run (other params, inputs, code or machine), so they are never resumed; it refuses
+another cell's state and a newest state whose meta.json is damaged, naming them; `restore` loads one into a
+trainer, refusing it when it cannot be read or its cuts no longer hold the bytes it recorded. A budget's cut
+(`save_cut`) is a snapshot of the adapters, kept under `state_dir/cuts/<budget>/` until the run writes its
+outputs.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from peft import set_peft_model_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from centralrl.codedeps import folder_sha256
 from centralrl.config import adapter_names
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json, write_jsonl
@@ -40,9 +45,24 @@ class Progress:
     cuts: dict[str, dict] = field(default_factory=dict)
 
 
-def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprint: str) -> None:
-    """Write step-<n>/ atomically (with the progress so far and the fingerprint), then remove the steps older than
-    the one before it (kept for the KL monitor: the module's docstring)."""
+@dataclass(frozen=True)
+class StateKey:
+    """Who may resume a state: the cell (arm, seed, backbone) that saved it, under the fingerprint of the params,
+    inputs, code and machine that shaped its run (`centralrl.rl.run.fingerprint`)."""
+
+    arm: str
+    seed: int
+    backbone: str
+    fingerprint: str
+
+    @property
+    def cell(self) -> dict:
+        return {"arm": self.arm, "seed": self.seed, "backbone": self.backbone}
+
+
+def save_state(trainer: Trainer, state_dir: Path, progress: Progress, key: StateKey) -> None:
+    """Write step-<n>/ atomically (with the progress so far, the sha256 of every cut's folder and the key), then
+    remove the steps older than the one before it (kept for the KL monitor: the module's docstring)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with atomic_directory(state_dir / f"step-{trainer.step:06d}") as tmp:
         save_adapters(trainer.policy.model, tmp / "adapters")
@@ -52,9 +72,11 @@ def save_state(trainer: Trainer, state_dir: Path, progress: Progress, fingerprin
             tmp / "meta.json",
             {
                 "step": trainer.step,
-                "fingerprint": fingerprint,
+                "cell": key.cell,
+                "fingerprint": key.fingerprint,
                 "wall_seconds": progress.wall_seconds,
                 "cuts": progress.cuts,
+                "cut_sha256": {name: folder_sha256(state_dir / "cuts" / name) for name in sorted(progress.cuts)},
             },
         )
     for old in sorted(state_dir.glob("step-*"))[:-2]:
@@ -67,14 +89,41 @@ def save_cut(trainer: Trainer, state_dir: Path, budget: str) -> None:
         save_adapters(trainer.policy.model, tmp)
 
 
-def latest_state(state_dir: Path, fingerprint: str) -> Path | None:
-    """The newest complete state saved by a run with this fingerprint; states of other runs are removed."""
-    done = sorted(p for p in state_dir.glob("step-*") if (p / "meta.json").is_file()) if state_dir.is_dir() else []
-    if done and read_json(done[-1] / "meta.json").get("fingerprint") != fingerprint:
+def latest_state(state_dir: Path, key: StateKey) -> Path | None:
+    """The newest state in `state_dir` when `key` saved it, or None. One this cell saved under another fingerprint,
+    or an older version's (its meta.json names no cell), is stale: `state_dir` is removed, so it is never resumed.
+    Another cell's state is refused naming both cells (removing it would lose that cell's training), as is a newest
+    state whose meta.json is missing or no JSON object: states are written whole, so it was damaged afterwards
+    (resuming the one before it would silently undo a step)."""
+    saved = sorted(state_dir.glob("step-*")) if state_dir.is_dir() else []
+    if not saved:
+        return None
+    meta = _meta(saved[-1])
+    if "cell" in meta and meta["cell"] != key.cell:
+        cells = [json.dumps(cell, sort_keys=True) for cell in (meta["cell"], key.cell)]
+        raise DataError(
+            f"{state_dir}: the training state of another cell ({cells[0]}, not {cells[1]}); give each cell its own "
+            f"--state folder, or delete {state_dir} to train this cell there from step 0"
+        )
+    if meta.get("fingerprint") != key.fingerprint:
         print(f"{state_dir}: saved by a run with other params, inputs, code or machine; starting from step 0")
         shutil.rmtree(state_dir)
         return None
-    return done[-1] if done else None
+    return saved[-1]
+
+
+def _meta(checkpoint: Path) -> dict:
+    """A state's meta.json, which must be there and hold a JSON object."""
+    path = checkpoint / "meta.json"
+    if not path.is_file():
+        raise _damaged(checkpoint, "no meta.json")
+    try:
+        meta = read_json(path)
+    except DataError as error:
+        raise _damaged(checkpoint, str(error).removeprefix(f"{checkpoint}/")) from None
+    if not isinstance(meta, dict):
+        raise _damaged(checkpoint, f"meta.json holds a JSON {type(meta).__name__}, not an object")
+    return meta
 
 
 # how a truncated or edited file of a state fails to load (torch.load, safetensors, a missing meta field)
@@ -93,16 +142,18 @@ HISTORY_KEYS = ("step", "skipped", "reward_mean", "flops.generation", "flops.upd
 
 def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress.
-    A state that lacks one of the trainer's adapters, or that cannot be read, is a DataError naming it: states are
-    written whole, so it was damaged afterwards, and resuming from it would train from wrong weights or fail
-    later. Nothing is deleted: the message says what to delete to start the cell over."""
+    A state that lacks one of the trainer's adapters, that cannot be read, or whose cuts are gone or hold other
+    bytes than it recorded, is a DataError naming it: states are written whole, so it was damaged afterwards, and
+    resuming from it would train from wrong weights, publish damaged adapters or fail later. Nothing is deleted:
+    the message says what to delete to start the cell over."""
     expected = adapter_names(trainer.policy.adapters)
     folder = checkpoint / "adapters"
     saved = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if saved != expected:
         raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
+    meta = _meta(checkpoint)
     try:
-        progress = _restored(trainer, checkpoint)
+        progress = _restored(trainer, checkpoint, meta)
     except UNREADABLE as error:
         raise _damaged(checkpoint, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
     for adapter in expected:
@@ -117,6 +168,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     lost = [name for name in progress.cuts if not (cuts / name).is_dir()]
     if lost:  # its outputs would be hashed as an empty folder, then fail to copy after the whole run
         raise _damaged(checkpoint, f"it cut {', '.join(lost)}, but {cuts} has no such folder")
+    recorded = meta.get("cut_sha256")
+    for name in sorted(progress.cuts):  # the run would publish it as the budget's adapters (budgets.json hashes it)
+        if not isinstance(recorded, dict) or folder_sha256(cuts / name) != recorded.get(name):
+            raise _damaged(checkpoint, f"{cuts / name} holds other files than the run cut there")
     return progress
 
 
@@ -126,7 +181,7 @@ def _damaged(checkpoint: Path, what: str) -> DataError:
     )
 
 
-def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
+def _restored(trainer: Trainer, checkpoint: Path, meta: dict) -> Progress:
     model = trainer.policy.model
     for folder in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
         # copied in place, so the optimizer keeps pointing at the same parameter tensors
@@ -134,7 +189,6 @@ def _restored(trainer: Trainer, checkpoint: Path) -> Progress:
     state = torch.load(checkpoint / "trainer.pt", weights_only=False)
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
-    meta = read_json(checkpoint / "meta.json")
     trainer.step = int(meta["step"])
     trainer.policy.weights_changed()
     return Progress([row for _, row in read_jsonl(checkpoint / "history.jsonl")], meta["wall_seconds"], meta["cuts"])

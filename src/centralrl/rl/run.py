@@ -1,8 +1,8 @@
 """One GRPO run: one cell of the matrix (arm, seed, backbone) from its starting checkpoint to the adapters at
 every budget's cut, resuming from the newest saved state.
 
-`train_cell` builds the trainer (`centralrl.assembly` for the policy), restores the newest state whose
-fingerprint matches, steps until every budget is cut, and writes the outputs: one adapters folder per budget,
+`train_cell` builds the trainer (`centralrl.assembly` for the policy), restores the newest state the cell saved
+under the same fingerprint, steps until every budget is cut, and writes the outputs: one adapters folder per budget,
 the per-step history, what every budget's cut spent, and a summary. Per-step metrics, wall-clock and CPU time
 per phase, and peak memory go to an MLflow run (a child of the experiment's parent run); outputs carry only
 deterministic numbers, so a rerun writes the same bytes.
@@ -15,7 +15,8 @@ schedule's horizon, so every cut is a prefix of the same run).
 Resume: every `checkpoint_every` steps (and once every budget is cut) the whole state is saved
 (`centralrl.rl.checkpoint`). Its fingerprint covers the params that shape the run, the content of its inputs
 and the code the train stage runs: the stage's entry file and every project file it imports, the same rule as
-the stage's DVC deps (`centralrl.codedeps`). A state left by other params, inputs, code or machine is never resumed.
+the stage's DVC deps (`centralrl.codedeps`). A state left by other params, inputs, code or machine is never resumed;
+one left by another cell is refused.
 
 The phases of a step (`Phases`: build, rollout, reward, update, checkpoint) are plain calls here; the Prefect
 flow `train-arm` runs the same phases as tasks. With `train.processes` > 1 every process runs `train_cell`
@@ -48,7 +49,7 @@ from centralrl.io import atomic_directory, pretty_json, read_json, write_json, w
 from centralrl.metrics import refuse_empty_answers
 from centralrl.models.backbone import content_sha256
 from centralrl.retrieval import open_retriever, require_index
-from centralrl.rl.checkpoint import Progress, latest_state, restore, save_cut, save_state
+from centralrl.rl.checkpoint import Progress, StateKey, latest_state, restore, save_cut, save_state
 from centralrl.data.split import split_dev
 from centralrl.rl.dev import dev_keys, dev_scores
 from centralrl.rl.health import TrainingDiverged, collapse_problem, kl_problem, update_problem
@@ -134,7 +135,7 @@ def build_trainer(
     index_dir: str,
     train_path: str,
     state_dir: str,
-    fingerprint: str,
+    key: StateKey,
     world: World,
 ) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
@@ -159,7 +160,7 @@ def build_trainer(
         trainer.sift_pool(str(train_path))
     if not world.is_main:
         world.barrier()  # the main process first discards a state left by other params
-    checkpoint = latest_state(Path(state_dir), fingerprint)
+    checkpoint = latest_state(Path(state_dir), key)
     if world.is_main:
         world.barrier()
     return trainer, restore(trainer, checkpoint) if checkpoint else Progress([])
@@ -269,7 +270,7 @@ def run_steps(
     trainer: Trainer,
     progress: Progress,
     state: Path,
-    key: str,
+    key: StateKey,
     phases: Phases,
     tracker: Tracker,
     log: Callable[[str], None] | None = None,
@@ -392,7 +393,7 @@ def train_cell(
         raise OutputError(f"--state {state}: a file, not a folder for the training states")
     require_index(Path(index_dir))  # before hashing it: a missing index names the stage that builds it
     inputs, code = input_hashes([Path(model_dir), Path(index_dir), Path(train_path)]), code_sha256(Path(entry))
-    key = fingerprint(cfg, arm, seed, backbone, inputs, code)
+    key = StateKey(arm, seed, backbone, fingerprint(cfg, arm, seed, backbone, inputs, code))
     memo = None
     if start_scores_dir is not None:
         topology = cfg.arm(arm).topology
