@@ -97,13 +97,22 @@ def test_below_the_ceiling_the_heap_keeps_freed_memory():
 
 
 def test_a_stage_applies_return_memory_from_params(tmp_path):
+    from argparse import Namespace
+
     from stages.cli import _prepare
 
     threads = torch.get_num_threads()
+    params = [
+        write_params(tmp_path / name, changes)
+        for name, changes in (
+            ("off", {"return_memory": False, "threads": threads}),
+            ("ceiling", {"return_memory_above_gb": 1e6, "threads": threads}),
+        )
+    ]
     try:
-        _prepare(str(write_params(tmp_path, {"return_memory": False, "threads": threads})), [], tracked=False)
+        _prepare(Namespace(params=str(params[0])), [], tracked=False, checks=None)
         assert hardware.return_free_memory() is False
-        _prepare(str(write_params(tmp_path, {"return_memory_above_gb": 1e6, "threads": threads})), [], tracked=False)
+        _prepare(Namespace(params=str(params[1])), [], tracked=False, checks=None)
         assert hardware.return_free_memory() is False  # below a ceiling of a million GB
     finally:
         hardware.set_memory_return(True)
