@@ -272,7 +272,8 @@ def test_a_follow_up_note_trains_the_conclusion_to_answer_from_the_note_that_ans
     more, with_follow_ups = build_traces(
         train_questions, wanted, smoke_world[2], TOP_K, CHARS, policy, follow_ups_below=2
     )
-    assert counts["follow_ups"] == 0 < with_follow_ups["follow_ups"] == len(more) - len(base)
+    conclusions = [c["traces_by_role"]["conclusion"] - c["questions"] for c in (counts, with_follow_ups)]
+    assert conclusions[0] == 0 < conclusions[1] == len(more) - len(base)  # one more conclusion trace per follow-up
     assert [t for t in more if t.role != "conclusion"] == [t for t in base if t.role != "conclusion"]
 
 

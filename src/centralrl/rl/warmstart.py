@@ -439,7 +439,8 @@ def build_traces(
 ) -> tuple[list[Trace], dict]:
     """Traces of the first `wanted` questions (round-robin over benchmarks) that the harness can answer;
     `counted`: the central plans count facts (`central_plan`); a question of fewer than `follow_ups_below` hops
-    also gets a conclusion trace with a follow-up note (`follow_up`; the harness's max_turns: it may ask one more)."""
+    also gets a conclusion trace with a follow-up note (`follow_up`; the harness's max_turns: it may ask one more),
+    so the conclusion traces beyond one per question are the follow-ups."""
     candidates = [q for q in questions if q.decomposition]
     hops = [(q.id, sub, hop) for q in candidates for sub, hop in delegated_hops(q)] if follow_ups_below else []
     if not candidates:
@@ -467,13 +468,7 @@ def build_traces(
             f" never showed every hop's answer in its top {top_k} passages (or the sub-questions were too long)"
         )
     by_role = {role: sum(t.role == role for t in traces) for role in ROLES}
-    follow_ups = sum(t.role == "conclusion" for t in traces) - used
-    return traces, {
-        "questions": used,
-        "skipped_questions": skipped,
-        "traces_by_role": by_role,
-        "follow_ups": follow_ups,
-    }
+    return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
 
 
 def warmstart(
