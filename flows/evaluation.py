@@ -147,7 +147,7 @@ def evaluation_flow(
     if not questions:
         raise DataError(f"{questions_path}: no questions to evaluate")
     refuse_empty_answers(questions, questions_path)  # EM and F1 would be 1 for every prediction
-    retriever = open_retriever(cfg.retrieval, index_dir)
+    retriever = open_retriever(cfg.retrieval, index_dir, questions=(questions, str(questions_path)))
     if reference is not None:
         policy = load_policy(cfg, backbone, model_dir, None)
         name = f"{reference}-{backbone}"

@@ -11,6 +11,7 @@ for exactly the subset of endpoints `centralrl.retrieval.elastic` uses:
     POST|GET /{index}/_refresh
     POST|GET /{index}/_count
     POST|GET [/{index}]/_msearch      NDJSON header/body pairs; `match` queries scored with BM25 in Python
+    POST|GET /{index}/_mget           `ids` in the body: whether each is a document (realtime: refreshed or not)
     GET /_cluster/health
 
 Anything else answers 400 with an Elasticsearch-shaped error, so a backend that starts calling something new
@@ -214,6 +215,12 @@ class FakeElasticsearch:
                 raise EsError(400, "illegal_argument_exception", "the double supports _count without a body only")
             shards = {"total": 1, "successful": 1, "skipped": 0, "failed": 0}
             return 200, {"count": len(self._get(parts[0]).docs), "_shards": shards}
+        if len(parts) == 2 and parts[1] == "_mget" and method in ("GET", "POST"):  # realtime, as Elasticsearch's
+            index = self._get(parts[0])
+            ids = json.loads(body)["ids"]
+            return 200, {
+                "docs": [{"_index": parts[0], "_id": i, "found": i in index.docs or i in index.pending} for i in ids]
+            }
         raise EsError(400, "illegal_argument_exception", f"no handler found for uri [{path}] and method [{method}]")
 
     def _get(self, name: str) -> FakeIndex:

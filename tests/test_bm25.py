@@ -134,6 +134,23 @@ def test_manifest_records_the_corpus_file_digest_and_open_refuses_another_corpus
         open_retriever(cfg, tmp_path / "index", tmp_path / "other.jsonl")
 
 
+def test_open_refuses_an_index_that_lacks_the_questions_supporting_passages(tmp_path):
+    """Train and evaluate are not given the corpus: an index of another corpus was searched without a word."""
+    cfg = RetrievalConfig(bm25s_backend="numpy")
+    save_index(build_index(PASSAGES[:3], cfg), cfg, 3, tmp_path / "index")
+    held = [Question("a", "Who?", ("x",), "toy", "test", supporting_passage_ids=(PASSAGES[0].id,))]
+    other = held + [Question("b", "Who?", ("x",), "toy", "test", supporting_passage_ids=("p4", "p9", "p4"))]
+    assert open_retriever(cfg, tmp_path / "index", questions=(held, "q.jsonl")).missing(["p4", PASSAGES[1].id]) == [
+        "p4"
+    ]
+    with pytest.raises(
+        RetrievalError,
+        match=r"index: 2 of the 3 supporting passages of q\.jsonl are not in this index"
+        r" \('p4', 'p9'\): an index of another corpus\?",
+    ):
+        open_retriever(cfg, tmp_path / "index", questions=(other, "q.jsonl"))
+
+
 def test_a_hand_made_corpus_file_matches_the_index_built_from_it(tmp_path):
     rows = [{"text": p.text, "id": p.id, "title": p.title} for p in PASSAGES]  # json.dumps spacing, other key order
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))

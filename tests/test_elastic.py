@@ -95,6 +95,14 @@ def test_create_count_and_search_in_one_msearch(fake: FakeElasticsearch) -> None
     assert index.search(["nothing matches zzz"], k=5) == [[]]
 
 
+def test_missing_looks_passages_up_by_id_in_batches(fake: FakeElasticsearch) -> None:
+    config = RetrievalConfig(query_batch_size=2, elasticsearch=ElasticsearchConfig(url=fake.url, index="lookup"))
+    index = ElasticsearchIndex.from_config(config, sleep=Sleeps())
+    index.create(corpus(5))
+    assert index.missing(["p4", "q1", "p0", "q2", "p2"]) == ["q1", "q2"]
+    assert len(fake.paths("/_mget")) == 3  # 5 ids, 2 per request
+
+
 def test_query_batches_preserve_order(fake: FakeElasticsearch) -> None:
     config = RetrievalConfig(query_batch_size=2, elasticsearch=ElasticsearchConfig(url=fake.url, index="batched"))
     index = ElasticsearchIndex.from_config(config, sleep=Sleeps())

@@ -217,6 +217,31 @@ def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
     assert "f1" in json.dumps(read_json(out / "metrics.json"))
 
 
+def test_an_index_of_another_corpus_is_refused_before_the_model_loads(smoke_run, tmp_path):
+    """The stage is not given the corpus, so an index built from other passages was searched without a word."""
+    from centralrl.errors import RetrievalError
+    from centralrl.retrieval import build_index, save_index
+    from centralrl.schema import read_passages, read_questions
+    from stages import evaluate
+
+    folder, params, data = smoke_run
+    cfg = load_config(params).retrieval
+    gold = {pid for q in read_questions(data["test"]) for pid in q.supporting_passage_ids}
+    others = [p for p in read_passages(data["corpus"]) if p.id not in gold]
+    save_index(build_index(others, cfg), cfg, len(others), tmp_path / "index")
+    inputs = _inputs(folder, data)
+    inputs[inputs.index("--index") + 1] = str(tmp_path / "index")
+    with pytest.raises(RetrievalError, match=rf"of {data['test']} are not in this index .*another corpus"):
+        evaluate.main(
+            [
+                *("--params", str(params), "--reference", "base", "--backbone", "main"),
+                *inputs,
+                *("--out", str(tmp_path / "eval"), "--metrics", str(tmp_path / "metrics.json")),
+            ]
+        )
+    assert not (tmp_path / "eval").exists()
+
+
 def test_a_tracking_server_gone_after_the_evaluation_leaves_its_outputs_written(smoke_run, tmp_path):
     """The runs are logged once the outputs are whole: a server that stopped answering failed the stage, and its
     temporary folder took every record already evaluated with it."""

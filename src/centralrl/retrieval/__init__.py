@@ -10,8 +10,8 @@ Elasticsearch a manifest naming the cluster index it filled, for hybrid one subd
 backend, the settings the index was built with (`index_settings`), the passage count and the corpus sha256
 (`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder, or the url, name and uuid of
 an Elasticsearch index. `open_retriever` refuses an index whose settings differ from the params (naming both
-sides), an Elasticsearch index recreated or changed since (another uuid or passage count), and, when given the
-corpus file, one built over another corpus.
+sides), an Elasticsearch index recreated or changed since (another uuid or passage count), when given the corpus file,
+one built over another corpus, and, when given questions, one that lacks their supporting passages.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from centralrl.config import BASE_BACKENDS, RetrievalConfig
 from centralrl.errors import RetrievalError
 from centralrl.io import read_json, write_json
 from centralrl.retrieval.base import Hit, Retriever, corpus_file_sha256
-from centralrl.schema import Passage
+from centralrl.schema import Passage, Question, examples
 
 MANIFEST = "manifest.json"
 
@@ -154,10 +154,31 @@ def require_index(directory: Path) -> Path:
     return directory / MANIFEST
 
 
-def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Path | None = None) -> Retriever:
+def open_retriever(
+    cfg: RetrievalConfig,
+    directory: str | Path,
+    corpus: str | Path | None = None,
+    questions: tuple[Sequence[Question], str] | None = None,
+) -> Retriever:
     """The retriever that `build_index` left in `directory`. Refuses an index built with other settings, and,
-    when `corpus` (the corpus file) is given, one built over other passages."""
-    directory = Path(directory)
+    when `corpus` (the corpus file) is given, one built over other passages; `questions` ((questions, their file)):
+    one that lacks some of their supporting passages (an index of another corpus, which the stages that are not
+    given the corpus would otherwise search without a word)."""
+    retriever = _open(cfg, Path(directory), corpus)
+    if questions is not None:
+        rows, source = questions
+        wanted = list(dict.fromkeys(pid for q in rows for pid in q.supporting_passage_ids))
+        missing = retriever.missing(wanted) if wanted else []
+        if missing:
+            raise RetrievalError(
+                f"{directory}: {len(missing)} of the {len(wanted)} supporting passages of {source} are not in this "
+                f"index ({examples(missing)}): an index of another corpus? Build it from these questions' corpus "
+                "(`dvc repro build_index`)"
+            )
+    return retriever
+
+
+def _open(cfg: RetrievalConfig, directory: Path, corpus: str | Path | None) -> Retriever:
     manifest = read_json(require_index(directory))
     if not isinstance(manifest, dict):
         raise RetrievalError(f"{directory / MANIFEST}: not an index manifest (a JSON object); rebuild the index")
@@ -172,9 +193,7 @@ def open_retriever(cfg: RetrievalConfig, directory: str | Path, corpus: str | Pa
     if cfg.backend == "dense":
         return _open_dense(cfg, directory, manifest)
     if cfg.backend == "hybrid":
-        return _hybrid(
-            {name: open_retriever(_as(cfg, name), directory / name, corpus) for name in cfg.hybrid.backends}, cfg
-        )
+        return _hybrid({name: _open(_as(cfg, name), directory / name, corpus) for name in cfg.hybrid.backends}, cfg)
     return _open_elasticsearch(cfg, directory, manifest)
 
 

@@ -35,6 +35,20 @@ class Retriever(Protocol):
         """Return, for each query in order, up to `k` hits sorted by descending score."""
         ...
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """Those of `ids` that are no passage of the index, in order."""
+        ...
+
+
+def missing_from(passages: Sequence[Passage], ids: Sequence[str]) -> list[str]:
+    """Those of `ids` that are no passage of `passages`, in order (the in-memory backends' `missing`).
+
+    >>> missing_from([Passage("p1", "T", "x")], ["p2", "p1"])
+    ['p2']
+    """
+    held = {passage.id for passage in passages}
+    return [i for i in ids if i not in held]
+
 
 def passage_line(passage: Passage) -> bytes:
     """The passage as one line of the corpus file."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from centralrl.errors import RetrievalError
 from centralrl.io import read_json, write_json, write_jsonl
-from centralrl.retrieval.base import Hit, corpus_sha256
+from centralrl.retrieval.base import Hit, corpus_sha256, missing_from
 from centralrl.schema import Passage, read_passages
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG: "Building index from IDs objects" in logs
@@ -123,6 +123,9 @@ class Bm25sIndex:
     @property
     def corpus_sha256(self) -> str:
         return corpus_sha256(self.passages)
+
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        return missing_from(self.passages, ids)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         if not queries:

@@ -29,7 +29,7 @@ import faiss
 from centralrl.config import DenseConfig
 from centralrl.errors import RetrievalError
 from centralrl.io import write_jsonl
-from centralrl.retrieval.base import Hit, corpus_sha256
+from centralrl.retrieval.base import Hit, corpus_sha256, missing_from
 from centralrl.retrieval.encoder import Encoder
 from centralrl.schema import Passage, read_passages
 
@@ -125,6 +125,9 @@ class DenseIndex:
     @property
     def corpus_sha256(self) -> str:
         return corpus_sha256(self.passages)
+
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        return missing_from(self.passages, ids)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         if not queries:

@@ -332,6 +332,18 @@ class ElasticsearchIndex:
                 )
         return hits
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """Those of `ids` that are no document of the index, in order: one `_mget` (no sources) per query batch."""
+        found: set[str] = set()
+        for start in range(0, len(ids), self.query_batch_size):
+            batch = list(ids[start : start + self.query_batch_size])
+            answer = self._call(
+                f"looking up passages in {self.index}",
+                lambda batch=batch: self.client.mget(index=self.index, ids=batch, source=False),
+            )
+            found |= {doc["_id"] for doc in answer["docs"] if doc.get("found")}
+        return [i for i in ids if i not in found]
+
     def uuid(self) -> str:
         """The cluster's id of the index (`settings.index.uuid`), new each time the index is created; an alias's
         indices' ids, space-separated."""

@@ -48,6 +48,10 @@ class HybridRetriever:
         """The components' corpus digest (they are built from the same passages)."""
         return next(iter(self.components.values())).corpus_sha256
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """The first component's: all are built from the same passages (`open_retriever` checks their manifests)."""
+        return next(iter(self.components.values())).missing(ids)
+
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """The top k of each query's fusion of every backend's top `candidates`; k may not exceed `candidates`."""
         if k > self.cfg.candidates:

@@ -147,7 +147,7 @@ def build_trainer(
     trainer = Trainer(
         cfg,
         policy,
-        open_retriever(cfg.retrieval, index_dir),
+        open_retriever(cfg.retrieval, index_dir, questions=(questions, str(train_path))),
         fixed_pool(
             training, 0 if sifting else cfg.train.grpo.pool, cfg.train.grpo.questions_per_step, seed, str(train_path)
         ),

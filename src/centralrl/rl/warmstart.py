@@ -491,7 +491,7 @@ def warmstart(
         return {"enabled": False, "content_sha256": content}
     # never warm-start on the dev split
     questions, _ = split_dev(read_questions(train_path, split="train"), cfg.train.dev, str(train_path))
-    retriever = open_retriever(cfg.retrieval, index_dir)
+    retriever = open_retriever(cfg.retrieval, index_dir, questions=(questions, str(train_path)))
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
     counted = cfg.warmstart.plans == "counted"
