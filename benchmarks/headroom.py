@@ -182,7 +182,7 @@ def main(args: argparse.Namespace) -> None:
             f"{args.train}: none of the {len(dev)} dev questions has a decomposition for the oracle to ask; only "
             "the synthetic world and MuSiQue provide one"
         )
-    retriever = open_retriever(cfg.retrieval, args.index)
+    retriever = open_retriever(cfg.retrieval, args.index, questions=(dev, args.train))
     policy = trained_policy(cfg, args.backbone, args.model, None)
     figures = {"params": args.params, "model": args.model, "dev_questions": len(usable)}
     figures["dev_questions_left_out"] = len(dev) - len(usable)  # without a decomposition

@@ -126,8 +126,8 @@ def main(args: argparse.Namespace) -> None:
     if cfg.arm(args.arm).topology != TOPOLOGY:
         raise ConfigError(f"--arm {args.arm}: overfit.py runs central-topology arms")
     questions, dev = pool(args.train, cfg, args.benchmarks, args.per_benchmark)
+    retriever = open_retriever(cfg.retrieval, args.index, questions=(questions + dev, args.train))
     policy = fresh_policy(cfg, args.arm, args.seed, args.backbone, args.model, pick_device(cfg.harness.device))
-    retriever = open_retriever(cfg.retrieval, args.index)
     rows = fit(cfg, policy, retriever, questions, args.steps, args.seed, dev, args.dev_every)
     first, last = reward_rise([row for row in rows if row["step"] > 0])
     figures = {

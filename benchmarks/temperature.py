@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> None:
     if args.n is not None and args.n > len(dev):  # it ran the dev questions there were, without a word
         raise ConfigError(f"{args.train}: {len(dev)} dev questions (train.dev), --n {args.n} asked")
     dev = dev[: args.n]
-    retriever = open_retriever(cfg.retrieval, args.index)
+    retriever = open_retriever(cfg.retrieval, args.index, questions=(dev, args.train))
     policy = trained_policy(cfg, args.backbone, args.model, None)
     greedy = measure(cfg, policy, retriever, dev, run_settings(cfg, greedy=True, seed=0), 1)
     figures = {

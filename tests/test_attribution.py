@@ -128,7 +128,7 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
         ("params.yaml", "--out {tmp}/params.yaml overlaps the input --params {tmp}/params.yaml"),
         ("profiles/smoke.yaml", "--out {tmp}/profiles/smoke.yaml overlaps the input --params {tmp}/profiles"),
         ("new/t.json", "--out {tmp}/new/t.json: folder {tmp}/new does not exist; create it first"),  # was made
-        ("notes.txt", "--out {tmp}/notes.txt exists and is not a .json file: not an earlier output of this flag"),
+        ("notes.txt", "--out {tmp}/notes.txt: not a .json file name, which this output is"),
         ("new/", "--out {tmp}/new/: ends in /, as a folder does; give the JSON file to write"),  # wrote a file new
     ],
 )

@@ -111,12 +111,16 @@ def test_an_out_naming_an_input_is_refused_before_measuring(tmp_path):
     assert done.stdout == "" and params.read_text() == (REPO / "params.yaml").read_text()
 
 
-def test_an_out_that_is_an_existing_file_but_no_json_result_is_refused_before_measuring(tmp_path):
-    """--out notes.txt replaced someone's file with the figures; an earlier result (.json) is replaced."""
+def test_an_out_not_named_as_a_json_result_is_refused_before_measuring(tmp_path):
+    """--out notes.txt replaced someone's file with the figures; an earlier result (.json) is replaced. A new
+    name without .json is refused too: once written, the same command would be refused on its rerun."""
     (tmp_path / "notes.txt").write_text("mine\n")
     done = bench("stage_startup", "--out", str(tmp_path / "notes.txt"))
-    one_line_error(done, "stage_startup", f"--out {tmp_path / 'notes.txt'} exists and is not a .json file")
+    one_line_error(done, "stage_startup", f"--out {tmp_path / 'notes.txt'}: not a .json file name")
     assert done.stdout == "" and (tmp_path / "notes.txt").read_text() == "mine\n"
+    done = bench("stage_startup", "--out", str(tmp_path / "figures"))
+    one_line_error(done, "stage_startup", f"--out {tmp_path / 'figures'}: not a .json file name")
+    assert not (tmp_path / "figures").exists()
 
 
 @pytest.mark.parametrize("script", ["overfit", "headroom", "temperature"])

@@ -323,19 +323,19 @@ EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questi
         (  # replaced the training questions with the model's metrics, exit 0
             "prepare_model",
             ["--backbone", "main", "--out", "model", "--metrics", "train.jsonl"],
-            "--metrics: train.jsonl exists and is not a .json file: not an earlier output of this flag",
+            "--metrics: train.jsonl: not a .json file name, which this output is",
         ),
         (  # replaced another params file with the evaluation's metrics
             "evaluate",
             EVALUATE_BASE + ["--out", "ev", "--metrics", "other.yaml"],
-            "--metrics: other.yaml exists and is not a .json file: not an earlier output of this flag",
+            "--metrics: other.yaml: not a .json file name, which this output is",
         ),
         (
             "train",
             ["--arm", "joint", "--seed", "0", "--backbone", "main", "--model", "m", "--index", "i", "--train", "t"]
             + ["--adapters", "ad", "--budgets", "b.json", "--history", "other.yaml", "--metrics", "m.json"]
             + ["--state", "state"],
-            "--history: other.yaml exists and is not a .jsonl file",
+            "--history: other.yaml: not a .jsonl file name",
         ),
         (  # wrote a file named newdir
             "prepare_model",
@@ -738,6 +738,12 @@ CELL_PATHS = {
     "train": ("model", "index", "train", "adapters", "budgets", "state", "history", "metrics"),
     "evaluate": ("model", "index", "questions", "adapters", "budgets", "out", "metrics", "movement"),
 }
+CELL_FILES = {"budgets": "budgets.json", "history": "history.jsonl", "metrics": "metrics.json", "movement": "m.json"}
+
+
+def cell_paths(stage: str, folder: Path) -> list[str]:
+    """The path flags of a train or evaluate command line, under `folder`, each file named as the stage writes it."""
+    return [f"--{name}={folder / CELL_FILES.get(name, name)}" for name in CELL_PATHS[stage]]
 
 
 @pytest.mark.parametrize("stage", ["train", "evaluate"])
@@ -759,7 +765,7 @@ def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, a
     params = write_params(
         tmp_path, {"models": {"large": {"source": "tiny_qwen2"}}}
     )  # seeds [0, 1, 2], backbones [main]
-    paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
+    paths = cell_paths(stage, tmp_path)
     argv = ["--params", str(params), "--arm", arm, "--seed", str(seed), "--backbone", backbone, *paths]
     with pytest.raises(ConfigError, match=named):
         check_cell(importlib.import_module(f"stages.{stage}").arguments(argv), load_config(params))
@@ -769,15 +775,15 @@ def test_a_cell_outside_the_matrix_is_refused(tmp_path, stage, seed, backbone, a
 def test_a_cell_stage_process_refuses_a_cell_outside_the_matrix_and_a_cluster_that_is_down(
     prefect_server, tmp_path, stage
 ):
-    """The stage process runs `check_cell` while its Prefect server starts (the refusal came after the server
-    was up, about 8 s later), and train and evaluate found an Elasticsearch cluster that is down at their first
-    search, after loading the model."""
+    """The stage process runs `check_cell` while its Prefect server starts: the refusal came after the server
+    was up, about 8 s later, and a cluster that is down was found by train after loading the model, by
+    evaluate after starting its flow."""
     from centralrl.services import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     es = {"backend": "elasticsearch", "elasticsearch": {"url": url, "max_retries": 0}}
     params = write_params(tmp_path, {"retrieval": es})
-    paths = [f"--{name}={tmp_path / name}" for name in CELL_PATHS[stage]]
+    paths = cell_paths(stage, tmp_path)
     cell = ["--params", str(params), "--seed", "0", "--backbone", "main", *paths]
     env = os.environ | project_pythonpath() | session_prefect_env()
     for arm, said in (("jnt", r"--arm jnt is not one of arms"), ("joint", rf"Elasticsearch at {url} unreachable")):

@@ -412,6 +412,11 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         "no_meta": (lambda s: (s / "meta.json").unlink(), r"no meta.json"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
+    shutil.copytree(state, tmp_path / "whole")  # undamaged, with its cut: resumed where it was
+    _, progress = build_trainer(
+        load_config(params), "central_only", 0, "main", *inputs, str(tmp_path / "whole"), key, World()
+    )
+    assert progress.cuts and len(progress.history) == int(saved.name.split("-")[1])
     for name, (damage, says) in damages.items():
         shutil.copytree(state, tmp_path / name)
         damage(tmp_path / name / saved.name)

@@ -97,14 +97,17 @@ def output_in_the_way(target: Path, folder: bool) -> str | None:
 
 
 def foreign_file(target: Path, suffix: str) -> str | None:
-    """Why the output `target`, a file written as `suffix` (".json"), may not replace what is there, or None: an
-    existing file whose name does not end in `suffix` (the training questions named as a metrics output) is not
-    an earlier output; a new path, or one ending in `suffix`, is fine."""
-    if not target.exists() or target.is_dir() or target.name.lower().endswith(suffix.lower()):
+    """Why `target` may not be an output written as `suffix` (".json"), or None: its name must end in `suffix`,
+    whether or not it exists yet. An existing file of another name is someone else's (the training questions
+    named as a metrics output), and a new one would be refused on the rerun, once it exists.
+
+    >>> foreign_file(Path("m.json"), ".json") is None, foreign_file(Path("m"), ".json")
+    (True, 'm: not a .json file name, which this output is; an existing file of another kind would be replaced')
+    """
+    if target.name.lower().endswith(suffix.lower()):
         return None
     return (
-        f"{target} exists and is not a {suffix} file: not an earlier output of this flag, which would replace it; "
-        f"name a new file or a {suffix} one"
+        f"{target}: not a {suffix} file name, which this output is; an existing file of another kind would be replaced"
     )
 
 

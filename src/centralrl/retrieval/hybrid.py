@@ -49,8 +49,9 @@ class HybridRetriever:
         return next(iter(self.components.values())).corpus_sha256
 
     def missing(self, ids: Sequence[str]) -> list[str]:
-        """The first component's: all are built from the same passages (`open_retriever` checks their manifests)."""
-        return next(iter(self.components.values())).missing(ids)
+        """Those of `ids` that some component lacks, in order (a component folder rebuilt from another corpus)."""
+        lacking = {i for component in self.components.values() for i in component.missing(ids)}
+        return [i for i in ids if i in lacking]
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """The top k of each query's fusion of every backend's top `candidates`; k may not exceed `candidates`."""

@@ -169,8 +169,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     if lost:  # its outputs would be hashed as an empty folder, then fail to copy after the whole run
         raise _damaged(checkpoint, f"it cut {', '.join(lost)}, but {cuts} has no such folder")
     recorded = meta.get("cut_sha256")
+    if progress.cuts and not isinstance(recorded, dict):
+        raise _damaged(checkpoint, "its meta.json records no cut_sha256 for its cuts")
     for name in sorted(progress.cuts):  # the run would publish it as the budget's adapters (budgets.json hashes it)
-        if not isinstance(recorded, dict) or folder_sha256(cuts / name) != recorded.get(name):
+        if folder_sha256(cuts / name) != recorded.get(name):
             raise _damaged(checkpoint, f"{cuts / name} holds other files than the run cut there")
     return progress
 

@@ -140,14 +140,14 @@ def build_trainer(
 ) -> tuple[Trainer, Progress]:
     """The cell's trainer, restored from its newest saved state if there is one, and its progress so far."""
     sifting = cfg.train.grpo.pool_filter == "informative"  # from the start's rollouts, also when resuming
-    policy = fresh_policy(cfg, arm, seed, backbone, model_dir, world.device)
     questions = read_questions(train_path, split="train")
     refuse_empty_answers(questions, str(train_path))  # the reward would be 1 for every answer
     training, dev = split_dev(questions, cfg.train.dev, str(train_path))
+    retriever = open_retriever(cfg.retrieval, index_dir, questions=(questions, str(train_path)))  # before the model
     trainer = Trainer(
         cfg,
-        policy,
-        open_retriever(cfg.retrieval, index_dir, questions=(questions, str(train_path))),
+        fresh_policy(cfg, arm, seed, backbone, model_dir, world.device),
+        retriever,
         fixed_pool(
             training, 0 if sifting else cfg.train.grpo.pool, cfg.train.grpo.questions_per_step, seed, str(train_path)
         ),
