@@ -305,7 +305,9 @@ def test_the_index_flow_hashes_no_task_inputs(fake: FakeElasticsearch, prefect_s
     es = {"url": fake.url, "index": "flow-corpus", "max_retries": 0}
     params = write_params(tmp_path, {"retrieval": {"backend": "elasticsearch", "elasticsearch": es}})
     data = {name: tmp_path / f"{name}.jsonl" for name in ("train", "test", "corpus")}
-    prepare_data.main(["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={tmp_path}/d"])
+    prepare_data.main(
+        ["--params", str(params), *[f"--{k}={v}" for k, v in data.items()], f"--metrics={tmp_path}/d.json"]
+    )
     index, recall = str(tmp_path / "index"), str(tmp_path / "recall.json")
     metrics = indexing_flow(str(params), str(data["corpus"]), [str(data["test"])], index, recall)
     assert "recall@1" in metrics["test"]["synth-1hop"]
