@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, OutputError
-from centralrl.io import TEMP_SUFFIX, atomic_write, foreign_file, overlaps
+from centralrl.io import atomic_write, out_file_problem
 from centralrl.redact import redact
 
 
@@ -74,29 +72,10 @@ def counts(text: str) -> list[int]:
 
 
 def check_out(path: str, args: argparse.Namespace) -> str:
-    """Refuse an --out that could not be written, before the measuring: its folder must exist and take a new
-    file, it may not be, or lie inside, an input (any other argument naming a path that exists, and the
-    profile overlays beside --params), and a file already there must be a .json one (an earlier result).
-    Returns `path`."""
-    if not path:  # the current folder to Path
-        raise OutputError("--out: empty path; name the JSON file to write")
-    if path.endswith(os.sep):  # wrote a file of the folder's name
-        raise OutputError(f"--out {path}: ends in {os.sep}, as a folder does; name the JSON file to write")
-    for flag, source in _input_paths(args):
-        if overlaps(path, source):
-            raise OutputError(f"--out {path} overlaps the input {flag} {source}: the script would write over it")
-    folder = Path(path).parent
-    if Path(path).is_dir():
-        raise OutputError(f"--out {path}: is a folder; name the JSON file to write")
-    if (foreign := foreign_file(Path(path), ".json")) is not None:
-        raise OutputError(f"--out {foreign}")
-    if not folder.is_dir():
-        raise OutputError(f"--out {path}: folder {folder} does not exist; create it first")
-    try:  # named as centralrl.io names its temporaries, so one left by a killed run is cleaned up
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{Path(path).name}.{os.getpid()}.", suffix=TEMP_SUFFIX):
-            pass
-    except OSError as error:
-        raise OutputError(f"--out {path}: folder {folder} refuses new files ({error.strerror})") from None
+    """Refuse an --out that could not be written, before the measuring (`io.out_file_problem`): its inputs are
+    every other argument naming a path that exists, and the profile overlays beside --params. Returns `path`."""
+    if (problem := out_file_problem(path, _input_paths(args))) is not None:
+        raise OutputError(problem)
     return path
 
 

@@ -50,8 +50,10 @@ INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
 
 
 def _not_empty(text: str) -> str:
-    if not text:  # '' is the current folder to Path: an output folder holding the checkout, or in a file's way
-        raise argparse.ArgumentTypeError("empty path")
+    if not str(
+        text
+    ).strip():  # '' is the current folder to Path: an output folder holding the checkout, or in a file's way
+        raise argparse.ArgumentTypeError("empty or blank path")
     return text
 
 

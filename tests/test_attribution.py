@@ -109,9 +109,10 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
     with pytest.raises(SystemExit):  # was: an error naming a temporary file in the folder's parent
         main([*args, "--out", str(tmp_path)])
     assert f"--out {tmp_path}: a folder" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # was: the tables printed, nothing written, exit 0
-        main([*args, "--out", ""])
-    assert "--out: blank; give the JSON file to write" in capsys.readouterr().err
+    for blank in ("", " "):  # '': was the tables printed, nothing written, exit 0
+        with pytest.raises(SystemExit):
+            main([*args, "--out", blank])
+        assert "--out: blank path; name the .json file to write" in capsys.readouterr().err
     (tmp_path / "none.jsonl").write_text("")
     assert main([str(tmp_path / "none.jsonl"), *args[1:]]) == 1  # was: a table of 0 questions
     assert "none.jsonl: no records" in capsys.readouterr().err
@@ -129,7 +130,7 @@ def test_the_command_reads_a_real_runs_records_and_corpus(tiny_backbone, smoke_w
         ("profiles/smoke.yaml", "--out {tmp}/profiles/smoke.yaml overlaps the input --params {tmp}/profiles"),
         ("new/t.json", "--out {tmp}/new/t.json: folder {tmp}/new does not exist; create it first"),  # was made
         ("notes.txt", "--out {tmp}/notes.txt: not a .json file name, which this output is"),
-        ("new/", "--out {tmp}/new/: ends in /, as a folder does; give the JSON file to write"),  # wrote a file new
+        ("new/", "--out {tmp}/new/: ends in /, as a folder does; name the .json file to write"),  # wrote a file new
     ],
 )
 def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_is_read(

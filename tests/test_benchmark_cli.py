@@ -84,7 +84,10 @@ def test_an_out_in_a_missing_folder_is_refused_before_measuring(tmp_path, script
 
 def test_an_empty_out_or_one_ending_in_a_separator_is_refused_before_measuring(tmp_path):
     """--out '' was the current folder ("is a folder"); --out new/ wrote a file named new."""
-    one_line_error(bench("stage_startup", "--out", ""), "stage_startup", "--out: empty path")
+    for blank in ("", "  "):  # "  " was written as a file named by two spaces
+        one_line_error(
+            bench("stage_startup", "--out", blank), "stage_startup", "--out: blank path; name the .json file"
+        )
     done = bench("stage_startup", "--out", f"{tmp_path / 'new'}/")
     one_line_error(done, "stage_startup", f"--out {tmp_path / 'new'}/: ends in /, as a folder does")
     assert done.stdout == "" and not (tmp_path / "new").exists()
@@ -93,7 +96,7 @@ def test_an_empty_out_or_one_ending_in_a_separator_is_refused_before_measuring(t
 def test_an_out_in_a_folder_that_refuses_files_is_refused_before_measuring(read_only_folder):
     out = read_only_folder / "result.json"
     done = bench("stage_startup", "--out", str(out))
-    one_line_error(done, "stage_startup", f"--out {out}", "refuses new files")
+    one_line_error(done, "stage_startup", f"--out {out}: cannot be written:", "takes no new file")
     assert done.stdout == ""
     assert out.read_text() == '{\n  "old": true\n}\n'
     assert sorted(p.name for p in read_only_folder.iterdir()) == ["result.json"]

@@ -345,17 +345,22 @@ EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questi
         (  # the checkout's folder: "--out:  holds '.ci', '.dvc' ... and 26 more"
             "evaluate",
             EVALUATE_BASE + ["--out", "", "--metrics", "m.json"],
-            "argument --out: empty path",
+            "argument --out: empty or blank path",
         ),
         (  # ".: this output is a file, but a folder of that name is in the way"
             "prepare_model",
             ["--backbone", "main", "--out", "model", "--metrics", ""],
-            "argument --metrics: empty path",
+            "argument --metrics: empty or blank path",
+        ),
+        (  # a file named by one space
+            "prepare_model",
+            ["--backbone", "main", "--out", "model", "--metrics", " "],
+            "argument --metrics: empty or blank path",
         ),
         (
             "build_index",
             ["--corpus", "", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"],
-            "argument --corpus: empty path",
+            "argument --corpus: empty or blank path",
         ),
         (  # found at the stage's last write, with its other outputs already replaced
             "prepare_data",

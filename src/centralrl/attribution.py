@@ -27,14 +27,13 @@ unchanged.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, DataError
-from centralrl.io import folder_refuses_files, foreign_file, output_in_the_way, overlaps, read_jsonl, write_json
+from centralrl.io import out_file_problem, read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
 from centralrl.processes import exit_with
 from centralrl.schema import read_passages
@@ -131,28 +130,12 @@ def _records(path: str) -> list[tuple[str, dict]]:
 
 
 def out_problem(args: argparse.Namespace) -> str | None:
-    """Why --out could not be written, or None, checked before anything is read as the stages and the benchmark
-    scripts check theirs: it ends in a separator, is, holds or lies inside an input (a records file, the
-    corpus, the params file or the profile overlays beside it), something is in its way, a file there is no
-    .json one, or its folder is missing or takes no new file."""
+    """Why --out could not be written, or None, checked before anything is read (`io.out_file_problem`): its
+    inputs are the records files, the corpus, the params file and the profile overlays beside it."""
     from centralrl.config import profiles_folder
 
-    if args.out.endswith(os.sep):  # wrote a file of the folder's name
-        return f"--out {args.out}: ends in {os.sep}, as a folder does; give the JSON file to write"
-    out = Path(args.out)
     inputs = [("records", path) for path in args.records] + [("--corpus", args.corpus), ("--params", args.params)]
-    for flag, source in [*inputs, ("--params", profiles_folder(args.params))]:
-        if overlaps(out, source):
-            return f"--out {out} overlaps the input {flag} {source}: it would write over what it reads"
-    if (blocked := output_in_the_way(out, folder=False)) is not None:
-        return f"--out {blocked}"
-    if (foreign := foreign_file(out, ".json")) is not None:
-        return f"--out {foreign}"
-    if not out.parent.is_dir():
-        return f"--out {out}: folder {out.parent} does not exist; create it first"
-    if (refused := folder_refuses_files(out)) is not None:
-        return f"--out {out}: cannot be written: {refused}"
-    return None
+    return out_file_problem(args.out, [*inputs, ("--params", profiles_folder(args.params))])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,11 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="also write the tables here (JSON)")
     args = parser.parse_args(argv)
-    if args.out is not None and not args.out.strip():  # it printed the tables and wrote nothing, exit 0
-        parser.error("--out: blank; give the JSON file to write")
-    if args.out and Path(args.out).is_dir():
-        parser.error(f"--out {args.out}: a folder; give the JSON file to write")
-    if args.out and (problem := out_problem(args)) is not None:
+    if args.out is not None and (problem := out_problem(args)) is not None:  # '': was the tables, exit 0
         parser.error(problem)
     from centralrl.config import load_config
 

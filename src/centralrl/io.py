@@ -125,6 +125,34 @@ def folder_refuses_files(target: Path) -> str | None:
         return f"{folder} takes no new file ({os.strerror(error.errno) if error.errno else error})"
 
 
+def out_file_problem(path: str, inputs: Iterable[tuple[str, Path]], suffix: str = ".json") -> str | None:
+    """Why a script's `--out` file `path` (written as `suffix`) could not be written, or None; the benchmark
+    scripts and `centralrl.attribution` check theirs with it before any work. Unlike a stage's outputs (which
+    make their folders), its folder must exist: a typo in it is refused, not created.
+
+    >>> out_file_problem("  ", [])
+    '--out: blank path; name the .json file to write'
+    >>> out_file_problem("t.json", [("--corpus", Path("t.json"))])
+    '--out t.json overlaps the input --corpus t.json: it would write over what it reads'
+    """
+    if not path.strip():  # '' is the current folder to Path
+        return f"--out: blank path; name the {suffix} file to write"
+    if path.endswith(os.sep):  # wrote a file of the folder's name
+        return f"--out {path}: ends in {os.sep}, as a folder does; name the {suffix} file to write"
+    target = Path(path)
+    if target.is_dir():
+        return f"--out {path}: a folder; name the {suffix} file to write"
+    for flag, source in inputs:
+        if overlaps(path, source):
+            return f"--out {path} overlaps the input {flag} {source}: it would write over what it reads"
+    problem = output_in_the_way(target, folder=False) or foreign_file(target, suffix)
+    if problem is None and not target.parent.is_dir():
+        problem = f"{path}: folder {target.parent} does not exist; create it first"
+    if problem is None and (refused := folder_refuses_files(target)) is not None:
+        problem = f"{path}: cannot be written: {refused}"
+    return None if problem is None else f"--out {problem}"
+
+
 def _prepare(target: Path, folder: bool) -> None:
     """Make `target`'s folder, after refusing what stands in the way (`output_in_the_way`), before any temporary
     is made."""
