@@ -31,6 +31,7 @@ from centralrl.evaluation import (
     copy_evaluation,
     cuts_by_step,
     markdown_table,
+    write_cell,
     write_evaluation,
 )
 from centralrl.harness.engine import RolePolicy
@@ -38,6 +39,7 @@ from centralrl.harness.episodes import TOPOLOGIES, Episode, RunSettings
 from centralrl.io import atomic_directory, read_json, write_json
 from centralrl.metrics import refuse_empty_answers
 from centralrl.models.adapters import checked_adapters
+from centralrl.models.backbone import content_sha256
 from centralrl.movement import movement_metrics, role_movement
 from centralrl.retrieval import Retriever, open_retriever
 from centralrl.schema import Question, read_questions
@@ -153,6 +155,8 @@ def evaluation_flow(
         name = f"{reference}-{backbone}"
         with atomic_directory(out_dir) as written:  # untrained: every role is the start
             result, movement, timing = evaluate_one(cfg, name, questions, policy, retriever, topology, written)
+            start = content_sha256(Path(model_dir))
+            write_cell(written, {"reference": reference, "backbone": backbone, "start": start})
         write_json(metrics_path, result)
         tags = cell_tags(cfg, arm=reference, backbone=backbone, budget="none", seed="none")
         log_runs(cfg, [(name, tags, result, movement, timing, Path(out_dir))], out_dir, metrics_path)
@@ -165,6 +169,9 @@ def evaluation_flow(
         results, movement, timing = evaluate_cuts(
             cfg, backbone, model_dir, arm, seed, adapters_dir, by_step, questions, retriever, written
         )
+        for budget, cut in cuts.items():
+            cell = {"arm": arm, "seed": seed, "backbone": backbone, "budget": budget}
+            write_cell(written / budget, cell | {"start": budgets["cell"]["start"], "adapters": cut["adapters"]})
     write_json(metrics_path, dict(sorted(results.items())))
     write_json(movement_path, dict(sorted(movement.items())))
     runs = [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from centralrl.attribution import shown_passages
 from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker
-from centralrl.config import Config, load_config, trained_cell_problem
+from centralrl.config import EVALUATED_CELL_FILE, Config, load_config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
 from stages.cli import InputPath, run_stage, stage_parser
@@ -174,11 +174,18 @@ def _checked_test_counts(row: object, where: str) -> None:
 
 def _data_counts(data: str | None, records: dict) -> dict | None:
     """--data's counts checked against records[backbone][arm][seed][budget] (None without it): the benchmarks
-    they answer, and as many questions of each as the test split holds (a subset was paired and reported)."""
+    they answer, every benchmark of the test split answered, and as many questions of each as the split holds (a
+    subset was paired and reported)."""
     if data is None:
         return None
     counts = checked_data_counts(_json(Path(data), "prepare_data"), Path(data), _benchmarks(records))
     answered = Counter(row["benchmark"] for row in next(_cells(records)))  # every cell answers the same (load_cells)
+    unanswered = sorted(bench for bench, row in counts["test"].items() if row["questions"] and bench not in answered)
+    if unanswered:  # the report left them out, and its macro-average too
+        raise DataError(
+            f"{data}: the test split holds benchmarks {unanswered} that no record answers; {RERUN_DATA}, or the "
+            "evaluations"
+        )
     for bench, n in sorted(answered.items()):
         if n != counts["test"][bench]["questions"]:
             raise DataError(
@@ -249,16 +256,56 @@ def load_cells(cfg: Config, args: argparse.Namespace) -> tuple[dict, dict, dict,
         }
         check_same_questions(files)
         histories[b] = {arm: {s: _history(args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
-        cuts[b] = {
+        trained = {
             arm: {s: _cuts(cfg, args, b, arm, s, len(histories[b][arm][s])) for s in cfg.seeds} for arm in cfg.arms
         }
+        cuts[b] = {arm: {s: cut for s, (cut, _) in seeds.items()} for arm, seeds in trained.items()}
+        starts = {arm: {s: start for s, (_, start) in seeds.items()} for arm, seeds in trained.items()}
+        check_evaluated_cells(cfg, args, b, cuts[b], starts)
         movement[b] = {arm: {s: _movement(cfg, args, b, arm, s) for s in cfg.seeds} for arm in cfg.arms}
     return records, references, cuts, histories, movement
 
 
-def _cuts(cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int, steps_run: int) -> dict:
+def _cuts(
+    cfg: Config, args: argparse.Namespace, backbone: str, arm: str, seed: int, steps_run: int
+) -> tuple[dict, object]:
+    """A trained cell's checked cuts (`checked_cuts`) and the start it recorded."""
     path = Path(args.budgets.format(backbone=backbone, arm=arm, seed=seed))
-    return checked_cuts(_json(path, f"train@{arm}-{seed}-{backbone}"), path, cfg, (arm, seed, backbone), steps_run)
+    document = _json(path, f"train@{arm}-{seed}-{backbone}")
+    return checked_cuts(document, path, cfg, (arm, seed, backbone), steps_run), document["cell"].get("start")
+
+
+def checked_evaluated_cell(records_path: str, wanted: dict, stage: str) -> None:
+    """The cell.json beside a records file (`evaluation.write_cell`) names `wanted`: records written into another
+    cell's folder, or evaluated from other adapters or another start than its training recorded, are refused."""
+    path = Path(records_path).with_name(EVALUATED_CELL_FILE)
+    written = _json(path, stage)
+    if not isinstance(written, dict):
+        raise DataError(f"{path}: expected what the evaluation evaluated (an object), got {written!r}")
+    if written != wanted:
+        differ = sorted(key for key in {*written, *wanted} if written.get(key) != wanted.get(key))
+        said = "; ".join(f"{key} {written.get(key)!r} where {wanted.get(key)!r} was expected" for key in differ)
+        raise DataError(f"{path}: {said}: the records beside it are another evaluation's; rerun `dvc repro {stage}`")
+
+
+def check_evaluated_cells(cfg: Config, args: argparse.Namespace, backbone: str, cuts: dict, starts: dict) -> None:
+    """Every records file of `backbone` was written by the evaluation of its own cell (`checked_evaluated_cell`):
+    a trained cell's by its arm, seed, budget and the start and adapters its budgets.json recorded (`starts`: arm
+    -> seed -> start), a reference's from the start every trained cell of the backbone trained from."""
+    for arm, seeds in cuts.items():
+        for seed, budgets in seeds.items():
+            cell = {"arm": arm, "seed": seed, "backbone": backbone, "start": starts[arm][seed]}
+            for budget, cut in budgets.items():
+                path = args.records.format(backbone=backbone, arm=arm, seed=seed, budget=budget)
+                wanted = cell | {"budget": budget, "adapters": cut.get("adapters")}
+                checked_evaluated_cell(path, wanted, f"evaluate@{arm}-{seed}-{backbone}")
+    trained_from = sorted({start for seeds in starts.values() for start in seeds.values()}, key=str)
+    if len(trained_from) != 1:
+        raise DataError(f"{backbone}: its cells were trained from {len(trained_from)} starts: rerun their training")
+    for ref in cfg.references:
+        path = args.reference_records.format(backbone=backbone, reference=ref)
+        wanted = {"reference": ref, "backbone": backbone, "start": trained_from[0]}
+        checked_evaluated_cell(path, wanted, f"evaluate_reference@{ref}-{backbone}")
 
 
 def _history(args: argparse.Namespace, backbone: str, arm: str, seed: int) -> list[dict]:

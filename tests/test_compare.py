@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ COUNTS = {"questions": 2, "with_supporting_passages": 2, "with_decomposition": 0
 CUT = {"step": 2, "reached": True, "spent": {"steps": 2, "trained_tokens": 10, "flops": 1e9}}
 STILL = {"calls": 0, "changed": 0, "changed_share": None, "kl": None}
 OLD_METRICS = '{"old": true}\n'
+START = "5" * 64  # the sha256 of the start, as budgets.json and cell.json record it
 
 
 def dvc_command() -> list[str]:
@@ -51,15 +53,21 @@ def world(tmp_path, monkeypatch) -> list[str]:
     args = compare.arguments(argv)
     for b in cfg.backbones:
         for ref in cfg.references:
-            write_jsonl(args.reference_records.format(backbone=b, reference=ref), QUESTIONS)
+            records = Path(args.reference_records.format(backbone=b, reference=ref))
+            write_jsonl(records, QUESTIONS)
+            write_json(records.with_name("cell.json"), {"reference": ref, "backbone": b, "start": START})
         for arm in cfg.arms:
             cell = {"backbone": b, "arm": arm, "seed": 0}
-            for budget in cfg.budgets:
-                write_jsonl(args.records.format(**cell, budget=budget), QUESTIONS)
             cuts = {
-                name: CUT | {"budget": budget.model_dump(exclude_none=True)} for name, budget in cfg.budgets.items()
+                name: CUT | {"budget": budget.model_dump(exclude_none=True), "adapters": f"{arm}-{name}"}
+                for name, budget in cfg.budgets.items()
             }
-            write_json(args.budgets.format(**cell), {"cell": cell, "cuts": cuts})
+            for budget in cfg.budgets:
+                records = Path(args.records.format(**cell, budget=budget))
+                write_jsonl(records, QUESTIONS)
+                evaluated = cell | {"budget": budget, "start": START, "adapters": cuts[budget]["adapters"]}
+                write_json(records.with_name("cell.json"), evaluated)
+            write_json(args.budgets.format(**cell), {"cell": cell | {"start": START}, "cuts": cuts})
             write_jsonl(args.history.format(**cell), [{"step": s, "reward_mean": 0.5} for s in (1, 2)])
             roles = {role: STILL | {"adapter": adapter} for role, adapter in cfg.arm_adapters(arm).items()}
             write_json(args.movement.format(**cell), dict.fromkeys(cfg.budgets, roles))
@@ -195,9 +203,39 @@ def edit_json(path: str, change) -> None:
         ),
         (  # named by file, not by cell
             "eval/main/joint/seed0/equal_steps/records.jsonl",
-            lambda path: write_jsonl(path, [QUESTIONS[0] | {"golden_answers": ["Bo"]}, *QUESTIONS[1:]]),
+            lambda path: write_jsonl(path, [QUESTIONS[0] | {"golden_answers": ["Cy"]}, *QUESTIONS[1:]]),
             "eval/main/joint/seed0/equal_steps/records.jsonl: answered other questions than eval/main/central_only/"
             "seed0/equal_steps/records.jsonl (4 vs 4; ids, benchmarks, texts or golden answers differ for q0)",
+        ),
+        (  # a score edited by hand: the verdict was decided by it
+            "eval/main/joint/seed0/equal_steps/records.jsonl",
+            lambda path: write_jsonl(path, [QUESTIONS[0] | {"f1": 1}, *QUESTIONS[1:]]),
+            "equal_steps/records.jsonl:1: field 'f1' is 1, but its prediction 'Bo' scores 0.0 against its golden "
+            "answers: rerun the evaluation",
+        ),
+        (  # every record of a benchmark gone: the report and its macro-average left it out
+            "data",
+            lambda path: [
+                write_jsonl(records, QUESTIONS[:2]) for records in map(str, Path("eval").rglob("records.jsonl"))
+            ],
+            "metrics/data.json: the test split holds benchmarks ['popqa'] that no record answers",
+        ),
+        (  # joint's evaluation written into central_only's folder (an `evaluate --out` typo): compared as its own
+            "eval/main/central_only/seed0/equal_steps",
+            lambda path: shutil.copytree("eval/main/joint/seed0/equal_steps", path, dirs_exist_ok=True),
+            "central_only/seed0/equal_steps/cell.json: adapters 'joint-equal_steps' where 'central_only-equal_steps' "
+            "was expected; arm 'joint' where 'central_only' was expected: the records beside it are another "
+            "evaluation's; rerun `dvc repro evaluate@central_only-0-main`",
+        ),
+        (  # base evaluated from another start than the arms trained from
+            "eval/main/base/cell.json",
+            lambda path: edit_json(path, lambda cell: cell.update(start="6" * 64)),
+            f"eval/main/base/cell.json: start '{'6' * 64}' where '{START}' was expected",
+        ),
+        (  # an evaluation by an older version, which wrote no cell.json
+            "eval/main/joint/seed0/equal_tokens/cell.json",
+            lambda path: Path(path).unlink(),
+            "eval/main/joint/seed0/equal_tokens/cell.json not found: run `dvc repro evaluate@joint-0-main` first",
         ),
     ],
 )

@@ -606,8 +606,10 @@ def test_a_repeated_question_or_passage_id_or_an_unknown_reference_is_named(tmp_
 def test_a_record_the_statistics_cannot_read_is_named(change, named):
     from centralrl.compare import checked_record
 
-    record = {"id": "q1", "benchmark": "toy", "em": 0.0, "f1": 0.5, "acc": 1, "question": "Who?", "prediction": "Bo"}
-    record |= {"golden_answers": ["Ann"], "notes": ["Bo wrote it."], "retrieved": [["p1"]]}
+    from centralrl.metrics import f1
+
+    record = {"id": "q1", "benchmark": "toy", "em": 0.0, "f1": f1("Bo Ann", ["Ann"]), "acc": 1, "question": "Who?"}
+    record |= {"prediction": "Bo Ann", "golden_answers": ["Ann"], "notes": ["Bo wrote it."], "retrieved": [["p1"]]}
     assert checked_record(record, "r.jsonl:1") == record
     with pytest.raises(DataError, match=re.escape(f"r.jsonl:4: field {named}")):
         checked_record({k: v for k, v in (record | change).items() if v is not None}, "r.jsonl:4")

@@ -31,6 +31,7 @@ import numpy as np
 from centralrl.attribution import attribution_table, check_record
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, CompareConfig, Config
 from centralrl.errors import DataError
+from centralrl.metrics import METRICS as SCORERS
 from centralrl.stats import (
     VERDICT_RULE,
     Interval,
@@ -57,8 +58,9 @@ PUBLISHED = {"f1": {"central_only": 47.79, "joint": 45.36}, "acc": {"central_onl
 
 def checked_record(row: dict, where: str) -> dict:
     """An evaluation record holding what the statistics read: a string id and benchmark, and each metric a
-    score from 0 to 1; and what the lost-answers table reads (`attribution.check_record`); anything else is a
-    DataError naming the file, line and field."""
+    score from 0 to 1 that its prediction earns against its golden answers (`metrics.METRICS`); and what the
+    lost-answers table reads (`attribution.check_record`); anything else is a DataError naming the file, line and
+    field."""
     for key in ("id", "benchmark"):
         if not isinstance(row.get(key), str):
             raise DataError(f"{where}: field {key!r} must be a string, got {row.get(key)!r}")
@@ -67,6 +69,13 @@ def checked_record(row: dict, where: str) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise DataError(f"{where}: field {metric!r} must be a score from 0 to 1, got {value!r}")
     check_record(row, where)
+    for metric in METRICS:  # a score edited by hand, or by other scoring code, decided the verdict
+        scored = SCORERS[metric](row["prediction"], row["golden_answers"])
+        if abs(row[metric] - scored) > 1e-9:
+            raise DataError(
+                f"{where}: field {metric!r} is {row[metric]!r}, but its prediction {row['prediction']!r} scores "
+                f"{scored!r} against its golden answers: rerun the evaluation"
+            )
     return row
 
 

@@ -608,6 +608,9 @@ def adapter_names(adapters: dict[str, str | None]) -> list[str]:
     return sorted({adapter for adapter in adapters.values() if adapter})
 
 
+EVALUATED_CELL_FILE = "cell.json"  # beside an evaluation's records: what it evaluated (`evaluation.write_cell`)
+
+
 def trained_cell_problem(document: object, arm: str, seed: int, backbone: str) -> str | None:
     """What is wrong with a budgets.json as the file of train@<arm>-<seed>-<backbone>, or None. The train stage
     writes {"cell": {"arm", "seed", "backbone", "start"}, "cuts": {budget: cut}}: another cell's file, given by

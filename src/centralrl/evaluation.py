@@ -7,9 +7,10 @@ way the published tables report their average. Besides the scores, a benchmark's
 the policy, ended (`Episode.cut_at_turn_limit`: central, `harness.max_turns` turns and no conclusion, so with
 `max_turns` 2 every episode that asked two sub-questions, as a 2-hop question needs; single agent, `max_turns`
 steps and no answer, then its forced answer); it is not a failure rate. `write_evaluation` writes one
-evaluation's records and transcripts; `compute_spent` is its deterministic cost. For a trained cell,
-`budget_cuts` and `check_trained_files` check its budgets.json and the start and adapters it recorded, and
-`cuts_by_step` groups the budget cuts that fell on the same step (the same adapters, evaluated once).
+evaluation's records and transcripts, `write_cell` what it evaluated; `compute_spent` is its deterministic cost.
+For a trained cell, `budget_cuts` and `check_trained_files` check its budgets.json and the start and adapters it
+recorded, and `cuts_by_step` groups the budget cuts that fell on the same step (the same adapters, evaluated
+once).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from pathlib import Path
 
 from centralrl.codedeps import folder_sha256
 from centralrl.compute import ModelShape
-from centralrl.config import Config, trained_cell_problem
+from centralrl.config import EVALUATED_CELL_FILE, Config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.harness.episodes import Episode
-from centralrl.io import atomic_write, write_jsonl
+from centralrl.io import atomic_write, write_json, write_jsonl
 from centralrl.metrics import METRICS
 from centralrl.models.backbone import content_sha256
 
@@ -120,6 +121,14 @@ def write_evaluation(episodes: Sequence[Episode], out_dir: Path, transcripts: in
     with atomic_write(out_dir / "transcripts.md") as handle:
         handle.write(markdown_table(table) + "\n" + "\n".join(transcript(e) for e in _spread(episodes, transcripts)))
     return table
+
+
+def write_cell(out_dir: Path, cell: dict) -> None:
+    """Write what an evaluation in `out_dir` evaluated (cell.json): a trained cell's arm, seed, backbone, budget
+    and the sha256 of its start and of that cut's adapters, or a reference's name, backbone and start. Records
+    carry none of it, so records written into another cell's folder (an `evaluate --out` typo, a copied folder)
+    were compared as that cell's; the compare stage checks this file against the cell it reads."""
+    write_json(out_dir / EVALUATED_CELL_FILE, cell)
 
 
 def _spread(episodes: Sequence[Episode], n: int) -> list[Episode]:
