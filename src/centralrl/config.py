@@ -11,6 +11,7 @@ Every section rejects unknown keys and wrong types, and names the offending para
 from __future__ import annotations
 
 import io
+import os
 import re
 import sys
 from collections.abc import Hashable, Iterable
@@ -182,11 +183,38 @@ class CorpusSource(Section):
     limit: int | None = Field(None, ge=1, le=sys.maxsize, description="keep the first N passages of the file")
 
 
+EXPERIMENT_COPIES = Path(".dvc", "tmp", "exps")  # where `dvc exp run --temp` and `--queue` copy the repository
+
+
+def experiment_copy(folder: Path, dvc_root: str | None) -> Path | None:
+    """The root of the temporary copy of repository `dvc_root` that `folder` lies in, or None. `dvc exp run --temp`
+    and `--queue` run the stages in a copy under `.dvc/tmp/exps/` (`tmpXXXX`, or `standalone/tmpXXXX` for --temp:
+    DVC's experiments/executor/local.py) and set `$DVC_ROOT` to the repository the experiment was started from, as
+    `services.stage_store_uri` reads it; the copy's root is the folder there that holds its own `.dvc`."""
+    if not dvc_root:
+        return None
+    copies = Path(dvc_root).resolve() / EXPERIMENT_COPIES
+    folder = Path(folder).resolve()
+    inside = [p for p in (folder, *folder.parents) if p.is_relative_to(copies) and p != copies]
+    return next((p for p in inside if (p / ".dvc").is_dir()), None)
+
+
+def checkout_folder(folder: Path, copy: Path, dvc_root: str) -> Path:
+    """`folder` of the temporary copy `copy` as it lies in the repository `dvc_root` itself: a path beside the
+    repository (realqa's `../shared/data/realqa`) is not copied, and from the copy it pointed into `.dvc/tmp/exps/`.
+
+    >>> checkout_folder(Path("/repo/.dvc/tmp/exps/tmpab/sub"), Path("/repo/.dvc/tmp/exps/tmpab"), "/repo")
+    PosixPath('/repo/sub')
+    """
+    return Path(dvc_root).resolve() / Path(folder).relative_to(copy)
+
+
 class DataConfig(Section):
     root: str = Field(
         ".",
         description="folder that relative source paths start from; a relative root starts from the params file's "
-        "folder",
+        "folder (one outside the repository from the repository's, also when dvc exp run --temp or --queue runs "
+        "the stages in a copy of it)",
     )
     questions: list[QuestionSource] = Field(
         default_factory=lambda: [QuestionSource(kind="synthetic")], min_length=1, description="question sources"
@@ -222,8 +250,14 @@ class DataConfig(Section):
 
     def root_path(self, base: Path) -> Path:
         """`root` as prepare_data and the preflight read it: relative to `base`, the params file's folder (where
-        DVC runs stages), unless absolute; returned absolute, so a message says where it points."""
-        return (Path(base) / self.root).resolve()
+        DVC runs stages), unless absolute; returned absolute, so a message says where it points. A root outside an
+        experiment's temporary copy of the repository (`checkout_folder`) starts from the user's checkout."""
+        base = Path(base).resolve()
+        root = (base / self.root).resolve()
+        copy = experiment_copy(base, os.environ.get("DVC_ROOT"))
+        if copy is None or root.is_relative_to(copy):
+            return root
+        return (checkout_folder(base, copy, os.environ["DVC_ROOT"]) / self.root).resolve()
 
     def most_training_questions(self) -> int | None:
         """The most training questions these sources can give, or None when a training source does not say
