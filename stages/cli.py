@@ -31,6 +31,7 @@ import argparse
 import atexit
 import contextlib
 import errno
+import fnmatch
 import functools
 import itertools
 import os
@@ -137,29 +138,85 @@ def foreign_folder_problem(path: str, marks: tuple[str, ...]) -> str | None:
     )
 
 
+def stray_files_problem(path: str, writes: tuple[str, ...]) -> str | None:
+    """Why the output folder `path` may not be replaced, or None: it holds files that match none of `writes` (globs
+    of every file the stage may write there, relative to the folder). The stage replaces the folder whole, so
+    notes put beside an earlier output (report/my_notes.md) were deleted with it, without a word."""
+    folder = Path(path)
+    try:
+        stray = [name for name in files_under(folder) if not any(glob_matches(name, glob) for glob in writes)]
+    except OSError as error:
+        return f"{path} cannot be listed ({error.strerror})"
+    if not stray:
+        return None
+    return (
+        f"{path} holds {examples(stray, 3)}, which this stage does not write there: it replaces its folder whole, "
+        "so they would be deleted; move them out of it"
+    )
+
+
+def files_under(folder: Path) -> list[str]:
+    """Every file under `folder` (a link to a folder counts as one, not followed), by its path relative to
+    `folder` with `/` between names; none when `folder` is no folder."""
+    found: list[str] = []
+    if not folder.is_dir():
+        return found
+    for top, folders, files in os.walk(folder, onerror=_raise):
+        linked = [name for name in folders if os.path.islink(os.path.join(top, name))]
+        found += [Path(top, name).relative_to(folder).as_posix() for name in [*files, *linked]]
+    return found
+
+
+def _raise(error: OSError) -> NoReturn:
+    """os.walk's `onerror`: a folder it cannot list is an error, not one it skips in silence."""
+    raise error
+
+
+def glob_matches(name: str, glob: str) -> bool:
+    """Whether the relative path `name` matches `glob` whole, name by name (`*` stays within one name).
+
+    >>> glob_matches("cut/central/adapter_config.json", "*/*/adapter_config.json"), glob_matches("a/b.png", "*.png")
+    (True, False)
+    """
+    names, globs = name.split("/"), glob.split("/")
+    return len(names) == len(globs) and all(fnmatch.fnmatchcase(n, g) for n, g in zip(names, globs, strict=True))
+
+
 class StageParser(argparse.ArgumentParser):
     """Parses a stage's command line, then refuses outputs that could not all be written (`outputs_problem`),
-    an output folder that holds something else (`foreign_folder_problem`) and an output file that is something
-    else (`io.foreign_file`)."""
+    an output folder that holds something else (`foreign_folder_problem`) or files the stage does not write beside
+    its own (`stray_files_problem`), and an output file that is something else (`io.foreign_file`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.folder_marks: dict[str, tuple[str, ...]] = {}
+        self.folder_writes: dict[str, tuple[str, ...]] = {}
         self.file_suffixes: dict[str, str] = {}
 
     def add_output(
-        self, flag: str, what: str, marks: tuple[str, ...] = (), suffix: str = "", required: bool = True
+        self,
+        flag: str,
+        what: str,
+        marks: tuple[str, ...] = (),
+        suffix: str = "",
+        required: bool = True,
+        writes: tuple[str, ...] = (),
     ) -> None:
         """An output flag, checked with the others when parsed: a folder when `marks` are given (globs of the
         files the stage always writes in it: how an earlier output is told from someone else's folder), else a
-        file whose name ends in `suffix` (".json": an existing file that does not is someone else's)."""
-        if bool(marks) == bool(suffix):
-            raise ValueError(f"{flag}: an output folder needs marks, an output file a suffix")
+        file whose name ends in `suffix` (".json": an existing file that does not is someone else's). A folder's
+        `writes` are globs of every file the stage may write in it (`stray_files_problem`): an earlier output
+        holding any other file is refused; without them (a model's or an index's files, which vary with the
+        model and the libraries' versions) only `marks` are checked."""
+        if bool(marks) == bool(suffix) or (writes and not marks):
+            raise ValueError(f"{flag}: an output folder needs marks (and may list writes), an output file a suffix")
         self.add_argument(flag, type=OutputFolder if marks else OutputFile, required=required, help=f"output: {what}")
         if marks:
             self.folder_marks[flag] = marks
         else:
             self.file_suffixes[flag] = suffix
+        if writes:
+            self.folder_writes[flag] = writes
 
     def parse_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -174,6 +231,9 @@ class StageParser(argparse.ArgumentParser):
         for flag, marks in self.folder_marks.items():
             if problem is None and (foreign := foreign_folder_problem(outputs[flag], marks)) is not None:
                 problem = f"{flag}: {foreign}"
+        for flag, writes in self.folder_writes.items():
+            if problem is None and flag in outputs and (stray := stray_files_problem(outputs[flag], writes)):
+                problem = f"{flag}: {stray}"
         for flag, suffix in self.file_suffixes.items():
             if problem is None and flag in outputs and (foreign := foreign_file(Path(outputs[flag]), suffix)):
                 problem = f"{flag}: {foreign}"

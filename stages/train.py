@@ -13,6 +13,10 @@ import sys
 from stages.cell import check_cell
 from stages.cli import InputPath, OutputFolder, run_stage, stage_parser
 
+# what `models.adapters.save_adapters` writes per cut: each adapter's two files and peft's model card (named here,
+# not imported: that module loads torch, and the command line is checked in about a second)
+ADAPTER_FILES = ("*/*/adapter_config.json", "*/*/adapter_model.safetensors", "*/README.md")
+
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = stage_parser(__doc__)
@@ -22,7 +26,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", type=InputPath, required=True, help="input: the starting checkpoint (warmstart)")
     parser.add_argument("--index", type=InputPath, required=True, help="input: index directory (build_index)")
     parser.add_argument("--train", type=InputPath, required=True, help="input: training questions (JSONL)")
-    parser.add_output("--adapters", "<budget>/<adapter>/ for every budget's cut", marks=("*/*/adapter_config.json",))
+    parser.add_output(
+        "--adapters",
+        "<budget>/<adapter>/ for every budget's cut",
+        marks=("*/*/adapter_config.json",),
+        writes=ADAPTER_FILES,
+    )
     parser.add_output("--budgets", "where each budget cut the run and what it spent (JSON)", suffix=".json")
     parser.add_output("--history", "per-step metrics (JSONL)", suffix=".jsonl")
     parser.add_output("--metrics", "summary of the run (JSON)", suffix=".json")

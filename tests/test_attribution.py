@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from centralrl.attribution import attribution_table, main, where_lost
+from centralrl.attribution import ShownPassages, attribution_table, main, shown_passages, where_lost
 from centralrl.errors import DataError
 from centralrl.evaluation import episode_record
 from centralrl.harness.episodes import run_central
@@ -16,7 +16,9 @@ from centralrl.models.backbone import load_backbone
 
 from test_harness import ScriptedPolicy, settings
 
-SHOWN = {"p1": "Ada Lovelace: Ada was born in London.", "p2": "London: London is a city in England."}
+SHOWN = ShownPassages(
+    {"p1": "Ada Lovelace: Ada was born in London.", "p2": "London: London is a city in England."}, "corpus.jsonl"
+)
 
 
 def record(question: str, prediction: str, notes: list[str], retrieved: list[list[str]]) -> dict:
@@ -47,7 +49,7 @@ def test_a_wrong_episode_is_placed_where_the_answer_was_last_seen(episode, place
 
 
 def test_what_a_role_was_not_shown_of_a_passage_does_not_count():
-    shown = {"p1": "Ada Lovelace: Ada was a mathematician."}  # the birthplace lies past harness.passage_chars
+    shown = ShownPassages({"p1": "Ada Lovelace: Ada was a mathematician."}, "c.jsonl")  # birthplace past the cut
     assert where_lost(record("Where was Ada born?", "Paris", ["x"], [["p1"]]), shown) == "not_retrieved"
 
 
@@ -69,7 +71,7 @@ def test_the_table_counts_right_answers_and_each_place():
 
 
 def test_a_passage_missing_from_the_corpus_or_a_row_that_is_no_record_is_named():
-    with pytest.raises(DataError, match=r"r\.jsonl:4: retrieved passage 'p9' is not in the corpus"):
+    with pytest.raises(DataError, match=r"r\.jsonl:4: retrieved passage 'p9' is not in the corpus corpus\.jsonl \("):
         where_lost(record("Where was Ada born?", "Paris", ["x"], [["p9"]]), SHOWN, "r.jsonl:4")
     with pytest.raises(DataError, match=r"r\.jsonl:2: not an evaluation record \(no notes, retrieved\)"):
         where_lost({"question": "q", "golden_answers": ["a"], "prediction": "b"}, SHOWN, "r.jsonl:2")
@@ -146,6 +148,15 @@ def test_an_out_over_an_input_or_in_a_missing_folder_is_refused_before_anything_
     assert stop.value.code == 2 and named.format(tmp=tmp_path) in capsys.readouterr().err
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
     assert not (tmp_path / "new").exists()
+
+
+def test_a_passage_missing_from_an_empty_corpus_names_the_corpus_file(tmp_path):
+    """An empty corpus read "base, record 1: retrieved passage 'p1' is not in the corpus", naming no file."""
+    (tmp_path / "corpus.jsonl").write_text("")
+    shown = shown_passages(tmp_path / "corpus.jsonl", 300)
+    message = f"base, record 1: retrieved passage 'p1' is not in the corpus {tmp_path / 'corpus.jsonl'} (which holds"
+    with pytest.raises(DataError, match=re.escape(message)):
+        where_lost(record("Where was Ada born?", "Paris", ["x"], [["p1"]]), shown, "base, record 1")
 
 
 @pytest.mark.parametrize("golden", [[], [""], ["---"]])

@@ -310,6 +310,13 @@ EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questi
             EVALUATE_BASE + ["--out", "arm", "--metrics", "m.json"],
             "--out: arm holds 'seed0' but not records.jsonl or */records.jsonl",
         ),
+        (  # an earlier output of the flag, with someone's notes beside its cuts: deleted with it, exit 0
+            "train",
+            ["--arm", "joint", "--seed", "0", "--backbone", "main", "--model", "m", "--index", "i", "--train", "t"]
+            + ["--adapters", "cuts", "--budgets", "b.json", "--history", "h.jsonl", "--metrics", "m.json"]
+            + ["--state", "state"],
+            "--adapters: cuts holds 'end/central/notes.md', 'notes.md', which this stage does not write there",
+        ),
         (  # replaced the params file with the model's metrics, exit 0
             "prepare_model",
             ["--backbone", "main", "--out", "model", "--metrics", "params.yaml"],
@@ -382,20 +389,68 @@ def test_outputs_that_could_not_all_be_written_are_refused_before_the_stage_star
     (tmp_path / "arm" / "seed0" / "equal_steps" / "records.jsonl").write_text("{}\n")
     (tmp_path / "train.jsonl").write_text("{}\n")
     (tmp_path / "other.yaml").write_text("profile: smoke\n")
+    for name in ("end/central/adapter_config.json", "end/README.md", "end/central/notes.md", "notes.md"):
+        (tmp_path / "cuts" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cuts" / name).write_text("{}\n")
     before = {path: path.is_file() and path.read_bytes() for path in tmp_path.rglob("*")}
     done = run(["-m", f"stages.{stage}", "--params", "params.yaml", *arguments], tmp_path)
     assert done.returncode == 2 and named in done.stderr, done.stderr
     assert {path: path.is_file() and path.read_bytes() for path in tmp_path.rglob("*")} == before
 
 
+def test_an_output_folder_holding_files_its_stage_does_not_write_is_refused_naming_them(tmp_path, monkeypatch, capsys):
+    """report/my_notes.md beside an earlier report.md was deleted without a word when compare reran: an output
+    folder that lists what its stage writes there (`add_output(writes=...)`) refuses any other file, naming up to
+    3, while its own earlier files pass."""
+    from stages.cli import stage_parser
+
+    write_params(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    parser = stage_parser("A stage.")
+    parser.add_output("--report", "the report", marks=("report.md",), writes=("report.md", "report.html", "*.png"))
+    for name in ("report.md", "report.html", "training_main.png"):
+        (tmp_path / "report" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "report" / name).write_text("earlier")
+    assert parser.parse_args(["--report", "report"]).report == "report"
+    for name in ("my_notes.md", "a.txt", "b.txt", "plots/extra.png"):
+        (tmp_path / "report" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "report" / name).write_text("mine")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--report", "report"])
+    assert (
+        "--report: report holds 'a.txt', 'b.txt', 'my_notes.md' and 1 more, which this stage does not write there: "
+        "it replaces its folder whole, so they would be deleted; move them out of it"
+    ) in capsys.readouterr().err
+
+
 DVC_ITEMS = {"${item.arm}": "joint", "${item.seed}": "0", "${item.backbone}": "main", "${item.reference}": "base"}
+# what a smoke run of each folder output of dvc.yaml held (tests/conftest.py's smoke_run, tests/test_pipeline.py)
+MODEL_FILES = ["chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+EARLIER_FOLDERS = {
+    "index": ["manifest.json", "params.index.json", "vocab.index.json", "data.csc.index.npy", "passages.jsonl"],
+    "models/main/backbone": MODEL_FILES,
+    "models/main/start": MODEL_FILES,
+    "train/main/joint/seed0/adapters": [
+        f"{cut}/{file}"
+        for cut in ("equal_steps", "equal_tokens")
+        for file in ("README.md", "central/adapter_config.json", "central/adapter_model.safetensors")
+    ],
+    "eval/main/joint/seed0": ["equal_steps/records.jsonl", "equal_steps/transcripts.md", "equal_tokens/records.jsonl"],
+    "eval/main/base": ["records.jsonl", "transcripts.md"],
+    "report": ["report.md", "report.html", "training_main.png", "f1_vs_compute_main.png"],
+}
 
 
 def test_every_stage_takes_dvc_yamls_outputs_again_over_their_earlier_versions(tmp_path, monkeypatch):
-    """An existing output file not named as its flag writes is refused (above); the outputs of dvc.yaml's own
-    commands, there from the last run, are each stage's own and pass."""
+    """An existing output file not named as its flag writes, or an output folder holding files its stage does not
+    write, is refused (above); the outputs of dvc.yaml's own commands, there from the last run, are each stage's
+    own and pass."""
     write_params(tmp_path)
     monkeypatch.chdir(tmp_path)
+    for folder, files in EARLIER_FOLDERS.items():
+        for file in files:
+            (tmp_path / folder / file).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / folder / file).write_text("{}\n")
     for name, stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
         command = stage.get("do", stage)["cmd"]
         for placeholder, value in (DVC_ITEMS | {"${item}": "main"}).items():

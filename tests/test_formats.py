@@ -339,6 +339,20 @@ def test_hotpotqa(tmp_path):
     assert questions[0].supporting_passage_ids == (passages[0].id, passages[2].id)
 
 
+def test_a_hotpotqa_file_that_is_a_json_object_is_told_to_be_a_list(tmp_path):
+    """{"data": [...]} was read as JSON lines: "hotpot.json:1 missing field '_id'", or indented, line 1's
+    malformed JSON. JSON lines of several rows in a .json file are still read."""
+    wrapped = {"data": [hotpot_row("h0")]}
+    (tmp_path / "one_line.json").write_text(json.dumps(wrapped))
+    (tmp_path / "indented.json").write_text(json.dumps(wrapped, indent=2))
+    for name in ("one_line.json", "indented.json"):
+        message = rf"{name}: a JSON object, but this file must be a JSON list of questions \(\[\{{...\}}, ...\]\)"
+        with pytest.raises(DataError, match=message):
+            load_questions(source("hotpotqa", tmp_path / name), tmp_path)
+    (tmp_path / "lines.json").write_text("".join(json.dumps(hotpot_row(i)) + "\n" for i in ("h0", "h1")))
+    assert len(load_questions(source("hotpotqa", tmp_path / "lines.json"), tmp_path)[0]) == 2
+
+
 def test_hotpotqa_supporting_title_outside_context(tmp_path):
     row = hotpot_row()
     row["supporting_facts"].append(["Delta", 0])

@@ -21,6 +21,16 @@ def test_malformed_line_names_file_and_line(tmp_path):
         list(read_jsonl(path))
 
 
+def test_an_unterminated_string_is_said_once_with_its_column(tmp_path):
+    """json's message ends in "starting at", to which the column was added: "starting at at column 7"."""
+    (tmp_path / "rows.jsonl").write_text('{"a": 1}\n{"a": "b')
+    (tmp_path / "whole.json").write_text('{"a": "b')
+    for read, name in ((lambda p: list(read_jsonl(p)), "rows.jsonl:2"), (read_json, "whole.json:1")):
+        with pytest.raises(DataError) as error:
+            read(tmp_path / name.partition(":")[0])
+        assert str(error.value).endswith(f"{name}: malformed JSON (Unterminated string starting at column 7)")
+
+
 def test_non_object_line_is_refused(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("[1, 2]\n")

@@ -61,6 +61,25 @@ def test_a_relative_root_starts_from_the_params_folder_as_the_preflight_says(tmp
         collect(DataConfig(root="gone", questions=sources), tmp_path)
 
 
+def test_a_root_beside_the_repository_is_found_from_an_experiments_temporary_copy(tmp_path, monkeypatch):
+    """`dvc exp run --temp` and `--queue` run prepare_data in a copy at <repo>/.dvc/tmp/exps/[standalone/]tmpXXXX
+    with `$DVC_ROOT` naming the repository: realqa's `../shared/data/realqa` was read from .dvc/tmp/exps/shared,
+    which does not exist. A root inside the repository is still the copy's own (the files the run was given)."""
+    repo = tmp_path / "repo"
+    _sources(tmp_path / "shared" / "d")
+    for copy in (repo / ".dvc/tmp/exps/tmpabc", repo / ".dvc/tmp/exps/standalone/tmpdef"):
+        (copy / ".dvc").mkdir(parents=True)
+        monkeypatch.chdir(copy)
+        monkeypatch.setenv("DVC_ROOT", str(repo))
+        beside = DataConfig(root="../shared/d", questions=_sources(tmp_path / "unused"), train_overlap="drop")
+        assert beside.root_path(copy) == tmp_path / "shared" / "d"
+        assert len(collect(beside, copy).questions) == 4
+        inside = DataConfig(root="own", questions=_sources(copy / "own"))
+        assert inside.root_path(copy) == copy / "own"
+    monkeypatch.delenv("DVC_ROOT")  # a stage run by hand from the copy: the folder it is in, as before
+    assert beside.root_path(copy) == repo / ".dvc/tmp/exps/standalone/shared/d"
+
+
 def test_a_source_file_that_is_also_an_output_is_refused_naming_its_param(tmp_path, monkeypatch):
     """A qa_jsonl training file given as --train was replaced by its own converted rows."""
     from conftest import write_params

@@ -79,7 +79,16 @@ def check_record(record: Mapping, where: str = "record") -> None:
         )
 
 
-def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record") -> str | None:
+class ShownPassages(dict[str, str]):
+    """Passage id -> its title and the text a role is shown of it, with `corpus`, the file they were read from:
+    a record's passage missing from them was reported without the file, which may be empty or another run's."""
+
+    def __init__(self, shown: Mapping[str, str], corpus: str | Path) -> None:
+        super().__init__(shown)
+        self.corpus = str(corpus)
+
+
+def where_lost(record: Mapping, shown: ShownPassages, where: str = "record") -> str | None:
     """The last place a golden answer was seen in this wrong episode (one of `PLACES`); None when it is right.
     `shown` maps a passage id to the text a role saw of it."""
     check_record(record, where)
@@ -94,22 +103,23 @@ def where_lost(record: Mapping, shown: Mapping[str, str], where: str = "record")
         return "in_notes"
     missing = [pid for hits in record["retrieved"] for pid in hits if pid not in shown]
     if missing:
-        raise DataError(f"{where}: retrieved passage {missing[0]!r} is not in the corpus (another run's corpus?)")
+        why = "which holds no passages" if not shown else "another run's corpus?"
+        raise DataError(f"{where}: retrieved passage {missing[0]!r} is not in the corpus {shown.corpus} ({why})")
     if any(acc(shown[pid], golden) for hits in record["retrieved"] for pid in hits):
         return "in_passages"
     return "not_retrieved"
 
 
-def attribution_table(rows: Sequence[tuple[str, Mapping]], shown: Mapping[str, str]) -> dict:
+def attribution_table(rows: Sequence[tuple[str, Mapping]], shown: ShownPassages) -> dict:
     """{questions, right, <place>: count for each of `PLACES`} over (where, record) rows."""
     places = Counter(where_lost(record, shown, where) for where, record in rows)
     return {"questions": len(rows), "right": places[None], **{place: places[place] for place in PLACES}}
 
 
-def shown_passages(corpus: str | Path, passage_chars: int) -> dict[str, str]:
+def shown_passages(corpus: str | Path, passage_chars: int) -> ShownPassages:
     """Passage id -> its title and the first `passage_chars` characters of its text (what a role is shown)."""
     passages = read_passages(corpus)
-    return {p.id: f"{p.title}: {p.text[:passage_chars]}" for p in passages}
+    return ShownPassages({p.id: f"{p.title}: {p.text[:passage_chars]}" for p in passages}, corpus)
 
 
 def markdown(tables: Mapping[str, Mapping[str, int]]) -> str:

@@ -28,7 +28,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from centralrl.attribution import attribution_table, check_record
+from centralrl.attribution import ShownPassages, attribution_table, check_record
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, CompareConfig, Config
 from centralrl.errors import DataError
 from centralrl.metrics import METRICS as SCORERS
@@ -454,7 +454,7 @@ def budget_comparison(
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
 
 
-def lost_answers(cfg: Config, records: Mapping, reference_records: Mapping, shown: Mapping[str, str]) -> dict:
+def lost_answers(cfg: Config, records: Mapping, reference_records: Mapping, shown: ShownPassages) -> dict:
     """Where each cell's wrong answers were last seen (`attribution.attribution_table`): backbone ->
     {"references": {reference: table}, "budgets": {budget: {arm: {seed: table}}}}. records and reference_records
     as `comparison` takes them; shown: passage id -> what a role saw of it (`attribution.shown_passages`)."""

@@ -11,6 +11,8 @@ Every section rejects unknown keys and wrong types, and names the offending para
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
 import sys
 from collections.abc import Hashable, Iterable
@@ -182,11 +184,38 @@ class CorpusSource(Section):
     limit: int | None = Field(None, ge=1, le=sys.maxsize, description="keep the first N passages of the file")
 
 
+EXPERIMENT_COPIES = Path(".dvc", "tmp", "exps")  # where `dvc exp run --temp` and `--queue` copy the repository
+
+
+def experiment_copy(folder: Path, dvc_root: str | None) -> Path | None:
+    """The root of the temporary copy of repository `dvc_root` that `folder` lies in, or None. `dvc exp run --temp`
+    and `--queue` run the stages in a copy under `.dvc/tmp/exps/` (`tmpXXXX`, or `standalone/tmpXXXX` for --temp:
+    DVC's experiments/executor/local.py) and set `$DVC_ROOT` to the repository the experiment was started from, as
+    `services.stage_store_uri` reads it; the copy's root is the folder there that holds its own `.dvc`."""
+    if not dvc_root:
+        return None
+    copies = Path(dvc_root).resolve() / EXPERIMENT_COPIES
+    folder = Path(folder).resolve()
+    inside = [p for p in (folder, *folder.parents) if p.is_relative_to(copies) and p != copies]
+    return next((p for p in inside if (p / ".dvc").is_dir()), None)
+
+
+def checkout_folder(folder: Path, copy: Path, dvc_root: str) -> Path:
+    """`folder` of the temporary copy `copy` as it lies in the repository `dvc_root` itself: a path beside the
+    repository (realqa's `../shared/data/realqa`) is not copied, and from the copy it pointed into `.dvc/tmp/exps/`.
+
+    >>> checkout_folder(Path("/repo/.dvc/tmp/exps/tmpab/sub"), Path("/repo/.dvc/tmp/exps/tmpab"), "/repo")
+    PosixPath('/repo/sub')
+    """
+    return Path(dvc_root).resolve() / Path(folder).relative_to(copy)
+
+
 class DataConfig(Section):
     root: str = Field(
         ".",
         description="folder that relative source paths start from; a relative root starts from the params file's "
-        "folder",
+        "folder (one outside the repository from the repository's, also when dvc exp run --temp or --queue runs "
+        "the stages in a copy of it)",
     )
     questions: list[QuestionSource] = Field(
         default_factory=lambda: [QuestionSource(kind="synthetic")], min_length=1, description="question sources"
@@ -222,8 +251,14 @@ class DataConfig(Section):
 
     def root_path(self, base: Path) -> Path:
         """`root` as prepare_data and the preflight read it: relative to `base`, the params file's folder (where
-        DVC runs stages), unless absolute; returned absolute, so a message says where it points."""
-        return (Path(base) / self.root).resolve()
+        DVC runs stages), unless absolute; returned absolute, so a message says where it points. A root outside an
+        experiment's temporary copy of the repository (`checkout_folder`) starts from the user's checkout."""
+        base = Path(base).resolve()
+        root = (base / self.root).resolve()
+        copy = experiment_copy(base, os.environ.get("DVC_ROOT"))
+        if copy is None or root.is_relative_to(copy):
+            return root
+        return (checkout_folder(base, copy, os.environ["DVC_ROOT"]) / self.root).resolve()
 
     def most_training_questions(self) -> int | None:
         """The most training questions these sources can give, or None when a training source does not say
@@ -1329,13 +1364,28 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
         )
     axes = sorted(set(overlay) & set(MATRIX_AXES))
     if axes:
+        settings = " ".join(f"-S '{_axis_setting(axis, overlay[axis])}'" for axis in axes)
         raise ConfigError(
             f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
-            f"matrix from params.yaml alone, so set it there (e.g. dvc exp run -S 'seeds=[0,1,2]')"
+            f"matrix from params.yaml alone, so set it there (e.g. dvc exp run {settings})"
         )
     layers = [(str(params_path), file_params), (str(overlay_file), overlay)]
     layers += [("the values set on the command line", overrides)] if overrides else []
     return deep_merge(deep_merge(raw, overlay), overrides or {}), layers
+
+
+def _axis_setting(axis: str, value: object) -> str:
+    """A `dvc exp run -S` setting that puts the profile's `value` of matrix axis `axis` into params.yaml: the whole
+    list, or a mapping's first entry's first field (one -S per field; the hint named seeds whatever was set).
+
+    >>> _axis_setting("seeds", [0, 1]), _axis_setting("arms", {"solo": {"trainable_roles": ["central"]}})
+    ('seeds=[0,1]', 'arms.solo.trainable_roles=["central"]')
+    """
+    key = axis
+    while isinstance(value, dict) and value:
+        name, value = next(iter(value.items()))
+        key += f".{name}"
+    return f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
 
 
 def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str = "") -> list[tuple]:

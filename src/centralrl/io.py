@@ -362,11 +362,24 @@ def _repeated(where: str, error: _RepeatedKey) -> DataError:
     return DataError(f"{where}: key {error.args[0]!r} appears twice in one object; which value is meant?")
 
 
+def json_problem(error: json.JSONDecodeError) -> str:
+    """What is wrong and at which column: some of json's messages end in "at" ("Unterminated string starting
+    at"), which read "starting at at column 7" with the column added after them.
+
+    >>> try:
+    ...     json.loads('{"a": "b')
+    ... except json.JSONDecodeError as error:
+    ...     json_problem(error)
+    'Unterminated string starting at column 7'
+    """
+    return f"{error.msg.removesuffix(' at')} at column {error.colno}"
+
+
 def _parsed(line: str, where: str) -> dict:
     try:
         row = json.loads(line, object_pairs_hook=_object)
     except json.JSONDecodeError as error:
-        raise DataError(f"{where}: malformed JSON ({error.msg} at column {error.colno})") from None
+        raise DataError(f"{where}: malformed JSON ({json_problem(error)})") from None
     except _RepeatedKey as error:
         raise _repeated(where, error) from None
     if not isinstance(row, dict):
@@ -396,4 +409,4 @@ def read_json(path: str | Path) -> Any:
             f"{path}:{line}: not UTF-8 (byte {raw[error.start]:#04x}); convert the file to UTF-8"
         ) from None
     except json.JSONDecodeError as error:
-        raise DataError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column {error.colno})") from None
+        raise DataError(f"{path}:{error.lineno}: malformed JSON ({json_problem(error)})") from None

@@ -23,7 +23,8 @@ Where this departs from the original formats:
   row is an error that lists the sources the file has. A file of several sources (Search-R1's merged parquet
   files, DeepResearcher's mixed JSON lines) needs one: without it the file is refused.
 - JSON-family question files may be a JSON list or JSON lines (told apart by the first character), and PopQA
-  may also be the official popQA.tsv.
+  may also be the official popQA.tsv. A file other than .jsonl that is one JSON object (`{"data": [...]}`) is
+  refused as not a list (it was read as one row missing every field); one question in JSON lines is a .jsonl.
 - kilt_pages: a KILT page is a list of raw paragraphs; see `kilt_chunks` for how they become ~100-word
   passages (DPR cuts fixed 100-word windows across paragraph ends instead).
 """
@@ -160,15 +161,43 @@ def _first_byte(path: Path) -> bytes:
     return b""
 
 
-def records(path: Path) -> Iterator[tuple[str, dict]]:
+def _json_value(raw: bytes) -> Any:
+    """`raw` parsed as JSON, or None when it is not JSON (its reader names the problem and the line)."""
+    try:
+        return json.loads(raw)
+    except ValueError:  # malformed JSON or not UTF-8
+        return None
+
+
+def _one_json_object(path: Path) -> bool:
+    """Whether the file holds a single JSON object and nothing more: a document, not JSON lines (a second row is
+    more JSON after the first line's). Read as JSON lines, such a file was one row, and that row's first missing
+    field was named ("file:1 missing field '_id'") instead of the file's shape. Only a file whose first line is
+    no JSON of its own (an indented object) is read whole to tell."""
+    with require_file(path).open("rb") as handle:
+        lines = list(itertools.islice((line for line in handle if line.strip()), 2))
+    first = _json_value(lines[0]) if lines else None
+    if len(lines) == 1 or first is not None:
+        return len(lines) == 1 and isinstance(first, dict)
+    return isinstance(_json_value(path.read_bytes()), dict)
+
+
+def records(path: Path, rows: str = "rows") -> Iterator[tuple[str, dict]]:
     """(where, row) pairs of a .tsv file, a JSON list (file starts with '[') or JSON lines; a .jsonl file is
     JSON lines whatever it starts with (a first line holding a JSON array is that line's error, not the file's
-    rows)."""
+    rows). Any other file that is one JSON object is refused, saying it must be a JSON list of `rows`."""
     if path.suffix == ".tsv":
         return _tsv(path)
     if path.suffix == ".jsonl":
         return read_jsonl(path)
-    return _json_list(path) if _first_byte(path) == b"[" else read_jsonl(path)
+    if _first_byte(path) == b"[":
+        return _json_list(path)
+    if _one_json_object(path):
+        raise DataError(
+            f"{path}: a JSON object, but this file must be a JSON list of {rows} ([{{...}}, ...]) or JSON lines "
+            f"(one per line; a .jsonl file of one line is read as one)"
+        )
+    return read_jsonl(path)
 
 
 def _open_parquet(path: Path):  # -> pyarrow.parquet.ParquetFile
@@ -191,7 +220,7 @@ def _parquet(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _file_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
-    return _numbered(records(resolve(source.path, root)))
+    return _numbered(records(resolve(source.path, root), "questions"))
 
 
 def _hub_rows(source: QuestionSource, root: Path) -> Iterator[Row]:
@@ -577,7 +606,7 @@ def title_sentences(path: Path) -> Iterator[Located]:
 
 def title_text_list(path: Path) -> Iterator[Located]:
     """[{title, text}, ...] as a JSON list or JSON lines (HippoRAG's 2Wiki and MuSiQue corpora)."""
-    for where, row in records(path):
+    for where, row in records(path, "passages"):
         yield where, make_passage(field(row, "title", str, where), field(row, "text", str, where))
 
 
