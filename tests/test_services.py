@@ -4,12 +4,14 @@ and the experiment flows' dvc command lines (checked against the real dvc.yaml's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -22,7 +24,7 @@ import pytest
 import yaml
 
 from centralrl import services
-from centralrl.errors import ConfigError
+from centralrl.errors import ConfigError, TrackingError
 from centralrl import dvc_runs
 
 from conftest import REPO, project_pythonpath, session_prefect_env, write_params
@@ -609,3 +611,33 @@ def test_ui_refuses_arguments_it_cannot_use_before_starting_anything(tmp_path, c
     with pytest.raises(SystemExit) as stop:
         services.main(["ui", *(a.format(file=file) for a in args)])
     assert stop.value.code == 2 and named.format(file=file) in capsys.readouterr().err
+
+
+# ---- the tracking store ------------------------------------------------------------------------------------
+
+
+def test_another_applications_sqlite_database_is_refused_as_a_store_and_left_as_it_was(tmp_path):
+    """MLflow added its 66 tables to it in silence (the notes table stayed, among them)."""
+    notes = tmp_path / "notes.db"
+    with contextlib.closing(sqlite3.connect(notes)) as database, database:
+        database.execute("CREATE TABLE notes (text TEXT)")
+        database.execute("INSERT INTO notes VALUES ('not MLflow''s')")
+    before = notes.read_bytes()
+    with pytest.raises(TrackingError) as refused:
+        services.check_reachable(f"sqlite:///{notes}")
+    assert str(refused.value) == (
+        f"tracking.uri sqlite:///{notes}: {notes} is another application's SQLite database, not an MLflow store "
+        "(its tables: notes)"
+    )
+    assert notes.read_bytes() == before
+
+
+def test_a_new_an_empty_and_an_mlflow_sqlite_store_are_allowed(tmp_path):
+    import mlflow
+
+    mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()  # MLflow makes its store
+    (tmp_path / "empty.db").write_bytes(b"")
+    with contextlib.closing(sqlite3.connect(tmp_path / "tableless.db")) as database:
+        database.execute("PRAGMA user_version = 1")  # a SQLite header, no table
+    for name in ("mlflow.db", "empty.db", "tableless.db", "new.db"):
+        assert services.unusable_sqlite_file(f"sqlite:///{tmp_path / name}") is None, name

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -432,8 +433,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 def unusable_sqlite_file(uri: str) -> str | None:
     """Why the file of a `sqlite:///PATH` store cannot hold MLflow's runs, or None: a folder or a file that is
-    no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), or a
-    folder above it that does not exist (a typo made a new store there in silence) or takes no file."""
+    no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), another
+    application's database (MLflow added its tables to it in silence), or a folder above it that does not exist
+    (a typo made a new store there in silence) or takes no file. An empty or missing file is a new store."""
     store = sqlite_store(uri)
     if store is None:
         return None
@@ -442,13 +444,34 @@ def unusable_sqlite_file(uri: str) -> str | None:
     if store.exists():
         with open(store, "rb") as file:
             head = file.read(len(SQLITE_HEADER))
-        return None if head in (b"", SQLITE_HEADER) else f"{store} is a file but not a SQLite database"
+        if head not in (b"", SQLITE_HEADER):
+            return f"{store} is a file but not a SQLite database"
+        return None if head == b"" else foreign_database(store)
     blocked = file_in_the_way(list(store.parents))
     if blocked is not None:
         return f"{blocked} is a file, not a folder"
     if not store.parent.is_dir():
         return f"its folder {store.parent} does not exist (make it, or correct the path)"
     return folder_refuses_files(store)
+
+
+# every MLflow store has both; one that MLflow is still making has `experiments` from its first statement (the other
+# tables of its first schema refer to it), so a stage that starts beside that one is not refused
+MLFLOW_TABLES = ("alembic_version", "experiments")
+
+
+def foreign_database(store: Path) -> str | None:
+    """Why the SQLite database `store` is not MLflow's, or None: one with tables but neither of `MLFLOW_TABLES`
+    belongs to another application (MLflow would add its own beside them). Read-only: nothing is written."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as database:
+            tables = [row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error as error:
+        return f"{store} cannot be read as a SQLite database ({error})"
+    if not tables or set(MLFLOW_TABLES) & set(tables):
+        return None
+    shown = ", ".join(sorted(tables)[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return f"{store} is another application's SQLite database, not an MLflow store (its tables: {shown})"
 
 
 def url_problem(url: str) -> str | None:
