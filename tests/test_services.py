@@ -178,6 +178,21 @@ def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
     assert len(done.stderr.splitlines()) == 1, done.stderr
 
 
+def test_the_experiment_script_names_a_prefect_api_url_it_cannot_parse_in_one_line_as_a_stage_does():
+    """Prefect validates PREFECT_API_URL when it is imported: `http://[::1` was a 39-line pydantic traceback."""
+    url = "http://[::1"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "flows" / "experiment.py"), "--dry", "--targets", "prepare_data"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PREFECT_API_URL": url},
+        timeout=120,
+    )
+    with pytest.raises(services.ServiceError) as stage:
+        services.check_prefect_api(url)  # what a stage says (`stage_prefect_server`)
+    assert (done.returncode, done.stderr) == (1, f"experiment: error: {stage.value}\n")
+
+
 @pytest.mark.parametrize(
     "flow, stage", [("indexing", "build_index"), ("training", "train"), ("evaluation", "evaluate")]
 )

@@ -546,13 +546,19 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
         )
 
 
-def check_prefect_api(url: str, timeout: float = 5.0) -> None:
-    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL or no Prefect server answers
-    there, instead of Prefect's traceback after its retries."""
+def check_prefect_url(url: str) -> None:
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL. Checked before `prefect` is
+    imported: Prefect validates its settings at import, and a URL it cannot parse was a pydantic traceback."""
     if (problem := url_problem(url)) is not None:
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not a valid URL ({problem})")
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
+
+
+def check_prefect_api(url: str, timeout: float = 5.0) -> None:
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL (`check_prefect_url`) or no
+    Prefect server answers there, instead of Prefect's traceback after its retries."""
+    check_prefect_url(url)
     reason = unanswered(url, timeout)
     if reason is not None:
         raise ServiceError(
