@@ -11,9 +11,12 @@ to each process group, a grace period, then SIGKILL. A taken port, a server that
 that does not answer in time is an error naming the server (what it said last as it exited, or the last lines of its
 log when it does not answer); a server that dies later stops the other and exits non-zero.
 
-The MLflow store defaults to `sqlite:///mlflow.db` (relative to the working directory, so run it from the repo
-root): the URI the pipeline's `tracking.uri` uses, so the UI shows every run logged so far, and the pipeline can
-keep writing the file directly or log through the server (`tracking.uri: http://127.0.0.1:5000`).
+The MLflow store defaults to `sqlite:///mlflow.db`: the URI the pipeline's `tracking.uri` uses, so the UI shows
+every run logged so far, and the pipeline can keep writing the file directly or log through the server
+(`tracking.uri: http://127.0.0.1:5000`). A relative sqlite path, and a relative artifacts folder, are taken from
+the DVC repository's root (the nearest folder at or above the working directory holding `.dvc/`), as the stages
+take `tracking.uri`, so `ui` serves their store from any folder of the repository; outside a repository only a
+store file already in the working directory is served (a new empty one there would show nothing, in silence).
 A store URI's credentials never print (`centralrl.redact` masks them in the banner, errors and log tails) and
 never reach a command line: `mlflow server` gets the store through MLFLOW_BACKEND_STORE_URI.
 The functions are small and importable; the tests start the same servers through them.
@@ -308,8 +311,9 @@ logs         {prefect.log}, {mlflow.log}
 
 So that the pipeline's flow runs (dvc repro, workers, deployments) show in this Prefect server:
   export PREFECT_API_URL={prefect.url}/api
-MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep `{redact(store_uri)}` (this UI reads the same
-store) or log through the server with `tracking.uri: {mlflow.url}`.
+MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep it at `{redact(store_uri)}` (this UI reads the
+same store; the stages take a relative sqlite:/// path from the repository root, as this UI does) or log through
+the server with `tracking.uri: {mlflow.url}`.
 Ctrl-C stops both servers.
 """
 
@@ -582,18 +586,57 @@ def folder_path(text: str) -> str:
     return text
 
 
+def repository_root(start: Path) -> Path | None:
+    """The root of the DVC repository holding `start`: the nearest folder at or above it with a `.dvc` folder,
+    as DVC finds the root it exports to the stages as $DVC_ROOT (`stage_store_uri`); None outside one."""
+    for folder in (start, *start.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return None
+
+
+def served_store(uri: str, start: Path) -> str:
+    """The store `ui` serves for `uri`, run in the folder `start`: a relative sqlite:/// file from the root of the
+    DVC repository holding `start`, as the stages take it, else from `start` where that file exists; any other
+    URI as it is. Raise `ServiceError` for a relative file outside a repository and not in `start`: MLflow made
+    an empty store there, and the banner said the UI read the pipeline's."""
+    store = sqlite_store(uri)
+    if store is None or store.is_absolute():
+        return uri
+    root = repository_root(start)
+    if root is None and not (start / store).exists():
+        raise ServiceError(
+            f"no DVC repository (a folder holding .dvc/) at or above {start} to take {store} from, and no "
+            f"{start / store}; run this in the repository, or name the store by its absolute path"
+        )
+    return stage_store_uri(uri, str(root or start))
+
+
 def store_uri(text: str) -> str:
     """An MLflow backend store URI `mlflow server` can serve: a database URL (MLflow 3 refuses a file store, and
-    an http URI names a server, not a store)."""
+    an http URI names a server, not a store); a relative sqlite path made absolute (`served_store`)."""
     scheme = text.partition("://")[0].split("+")[0]
     if "://" not in text or scheme not in DATABASES:
         raise argparse.ArgumentTypeError(
             f"{redact(text)}: not a database URI (sqlite:///mlflow.db, postgresql://..., mysql://..., mssql://...)"
         )
-    problem = missing_driver(text) or unusable_sqlite_file(text)  # a typo'd folder: MLflow made a new store there
+    try:
+        served = served_store(text, Path.cwd())
+    except ServiceError as error:
+        raise argparse.ArgumentTypeError(f"{redact(text)}: {error}") from None
+    problem = missing_driver(served) or unusable_sqlite_file(served)  # a typo'd folder: MLflow made a store there
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{redact(text)}: {problem}")
-    return text
+    return served
+
+
+def artifacts_folder(text: str) -> str:
+    """The MLflow server's artifacts folder, as `folder_path` takes it; a relative one from the DVC repository's
+    root (else the working directory), as a relative store is (`served_store`), so it stays beside the store."""
+    folder = Path(text)
+    if text.strip() and not folder.is_absolute():
+        folder = (repository_root(Path.cwd()) or Path.cwd()) / folder
+    return folder_path(str(folder))
 
 
 def positive(what: str) -> Callable[[str], float]:
@@ -640,13 +683,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--mlflow-store",
         type=store_uri,
         default="sqlite:///mlflow.db",
-        help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)",
+        help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri; a relative "
+        "sqlite path is taken from the DVC repository's root, as the stages take it)",
     )
     run.add_argument(
         "--mlflow-artifacts",
-        type=folder_path,
+        type=artifacts_folder,
         default="mlartifacts",
-        help="folder for artifacts logged through the server (default ./mlartifacts)",
+        help="folder for artifacts logged through the server (default mlartifacts; a relative one is taken from "
+        "the DVC repository's root)",
     )
     run.add_argument(
         "--prefect-home",
