@@ -19,13 +19,29 @@ import os
 import sys
 from pathlib import Path
 
+from centralrl.services import ServiceError, check_prefect_api, check_prefect_url, quiet_known_errors_in_prefect_logs
+
+
+def _refuse_a_bad_prefect_url() -> None:
+    """Run as a script, exit with one line when PREFECT_API_URL is no http(s) URL, as a stage does: Prefect's
+    import below validates it, and a URL it cannot parse (`http://[::1`) was a 39-line pydantic traceback. A module
+    that imports this one (a worker's) is left to Prefect: it could not have started with that URL."""
+    url = os.environ.get("PREFECT_API_URL")
+    if __name__ == "__main__" and url:
+        try:
+            check_prefect_url(url)
+        except ServiceError as error:
+            sys.exit(f"experiment: error: {error}")
+
+
+_refuse_a_bad_prefect_url()
+
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from centralrl.dvc_runs import EVALUATION_STAGES, check_profile, dvc_command, dvc_env, read_params, stream
 from centralrl.errors import CentralRLError, RunError
 from centralrl.processes import exit_with
-from centralrl.services import check_prefect_api, quiet_known_errors_in_prefect_logs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,12 +4,14 @@ and the experiment flows' dvc command lines (checked against the real dvc.yaml's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -22,7 +24,7 @@ import pytest
 import yaml
 
 from centralrl import services
-from centralrl.errors import ConfigError
+from centralrl.errors import ConfigError, TrackingError
 from centralrl import dvc_runs
 
 from conftest import REPO, project_pythonpath, session_prefect_env, write_params
@@ -176,6 +178,21 @@ def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
     assert len(done.stderr.splitlines()) == 1, done.stderr
 
 
+def test_the_experiment_script_names_a_prefect_api_url_it_cannot_parse_in_one_line_as_a_stage_does():
+    """Prefect validates PREFECT_API_URL when it is imported: `http://[::1` was a 39-line pydantic traceback."""
+    url = "http://[::1"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "flows" / "experiment.py"), "--dry", "--targets", "prepare_data"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PREFECT_API_URL": url},
+        timeout=120,
+    )
+    with pytest.raises(services.ServiceError) as stage:
+        services.check_prefect_api(url)  # what a stage says (`stage_prefect_server`)
+    assert (done.returncode, done.stderr) == (1, f"experiment: error: {stage.value}\n")
+
+
 @pytest.mark.parametrize(
     "flow, stage", [("indexing", "build_index"), ("training", "train"), ("evaluation", "evaluate")]
 )
@@ -310,8 +327,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, migrated_prefect_home):
-    """... and a run logging to that MLflow server when it stops is told so in one error (not a traceback after
-    minutes of retries)."""
+    """... run in a folder of a DVC repository, it serves the repository's store and artifacts folder, named in
+    full (it made an empty store in the working directory and said it was the pipeline's), and a run logging to
+    that MLflow server when it stops is told so in one error (not a traceback after minutes of retries)."""
     need("prefect", "mlflow")
     import mlflow
     import psutil
@@ -320,6 +338,8 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, 
     from centralrl.tracking import MlflowTracker
 
     prefect_port, mlflow_port = services.free_port(), services.free_port()
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "sub").mkdir()
     command = [
         sys.executable,
         "-m",
@@ -330,9 +350,9 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, 
         "--mlflow-port",
         str(mlflow_port),
         "--mlflow-store",
-        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "sqlite:///mlflow.db",
         "--mlflow-artifacts",
-        str(tmp_path / "artifacts"),
+        "artifacts",
         "--prefect-home",
         str(migrated_prefect_home("prefect")),
         "--log-dir",
@@ -342,7 +362,7 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, 
     ]
     ui = subprocess.Popen(
         command,
-        cwd=tmp_path,
+        cwd=tmp_path / "sub",
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -359,6 +379,7 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, 
         text = "".join(output)
         assert f"http://127.0.0.1:{prefect_port}" in text and f"http://127.0.0.1:{mlflow_port}" in text
         assert f"export PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api" in text
+        assert f"(store sqlite:///{tmp_path / 'mlflow.db'}, artifacts {tmp_path / 'artifacts'})" in text
         assert services.answers(f"http://127.0.0.1:{prefect_port}/api/health")
         assert services.answers(f"http://127.0.0.1:{mlflow_port}/health")
         children = psutil.Process(ui.pid).children(recursive=True)
@@ -378,6 +399,7 @@ def test_ui_starts_both_servers_and_stops_them_on_ctrl_c(tmp_path, monkeypatch, 
     assert not [child.pid for child in children if _alive(child.pid)]
     assert not services.answers(f"http://127.0.0.1:{prefect_port}/api/health")
     assert not services.answers(f"http://127.0.0.1:{mlflow_port}/health")
+    assert (tmp_path / "mlflow.db").is_file() and list((tmp_path / "sub").iterdir()) == []
 
 
 # ---- deployments on a real Prefect server and process worker ----------------------------------------------
@@ -609,3 +631,66 @@ def test_ui_refuses_arguments_it_cannot_use_before_starting_anything(tmp_path, c
     with pytest.raises(SystemExit) as stop:
         services.main(["ui", *(a.format(file=file) for a in args)])
     assert stop.value.code == 2 and named.format(file=file) in capsys.readouterr().err
+
+
+def test_ui_takes_a_relative_store_and_artifacts_from_the_repository_root_as_the_stages_do(tmp_path, monkeypatch):
+    """Run in a folder of the repository, it served a new empty store there, not the one the stages log to."""
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    (repo / ".dvc").mkdir(parents=True)
+    (repo / "sub").mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "kept.db").write_bytes(b"")
+    monkeypatch.chdir(repo / "sub")
+    assert services.store_uri("sqlite:///mlflow.db") == f"sqlite:///{repo / 'mlflow.db'}"
+    assert services.artifacts_folder("mlartifacts") == str(repo / "mlartifacts")
+    assert services.store_uri(f"sqlite:///{elsewhere / 'm.db'}") == f"sqlite:///{elsewhere / 'm.db'}"
+    monkeypatch.chdir(elsewhere)  # no repository: a store file already there is served, named in full
+    if not any((folder / ".dvc").is_dir() for folder in elsewhere.parents):
+        assert services.store_uri("sqlite:///kept.db") == f"sqlite:///{elsewhere / 'kept.db'}"
+
+
+def test_ui_outside_a_repository_refuses_a_relative_store_it_would_make_empty(tmp_path, monkeypatch, capsys):
+    if any((folder / ".dvc").is_dir() for folder in (tmp_path, *tmp_path.parents)):
+        pytest.skip(f"{tmp_path} is inside a DVC repository")
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as holder:  # were the store accepted, `ui` would stop at this taken port
+        holder.bind((services.HOST, 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        with pytest.raises(SystemExit) as stop:
+            services.main(["ui", "--prefect-port", str(services.free_port()), "--mlflow-port", port])
+    assert stop.value.code == 2 and list(tmp_path.iterdir()) == []
+    assert (
+        "argument --mlflow-store: sqlite:///mlflow.db: no DVC repository (a folder holding .dvc/) at or above "
+        f"{tmp_path} to take mlflow.db from, and no {tmp_path / 'mlflow.db'}; "
+    ) in capsys.readouterr().err
+
+
+# ---- the tracking store ------------------------------------------------------------------------------------
+
+
+def test_another_applications_sqlite_database_is_refused_as_a_store_and_left_as_it_was(tmp_path):
+    """MLflow added its 66 tables to it in silence (the notes table stayed, among them)."""
+    notes = tmp_path / "notes.db"
+    with contextlib.closing(sqlite3.connect(notes)) as database, database:
+        database.execute("CREATE TABLE notes (text TEXT)")
+        database.execute("INSERT INTO notes VALUES ('not MLflow''s')")
+    before = notes.read_bytes()
+    with pytest.raises(TrackingError) as refused:
+        services.check_reachable(f"sqlite:///{notes}")
+    assert str(refused.value) == (
+        f"tracking.uri sqlite:///{notes}: {notes} is another application's SQLite database, not an MLflow store "
+        "(its tables: notes)"
+    )
+    assert notes.read_bytes() == before
+
+
+def test_a_new_an_empty_and_an_mlflow_sqlite_store_are_allowed(tmp_path):
+    import mlflow
+
+    mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()  # MLflow makes its store
+    (tmp_path / "empty.db").write_bytes(b"")
+    with contextlib.closing(sqlite3.connect(tmp_path / "tableless.db")) as database:
+        database.execute("PRAGMA user_version = 1")  # a SQLite header, no table
+    for name in ("mlflow.db", "empty.db", "tableless.db", "new.db"):
+        assert services.unusable_sqlite_file(f"sqlite:///{tmp_path / name}") is None, name

@@ -11,9 +11,12 @@ to each process group, a grace period, then SIGKILL. A taken port, a server that
 that does not answer in time is an error naming the server (what it said last as it exited, or the last lines of its
 log when it does not answer); a server that dies later stops the other and exits non-zero.
 
-The MLflow store defaults to `sqlite:///mlflow.db` (relative to the working directory, so run it from the repo
-root): the URI the pipeline's `tracking.uri` uses, so the UI shows every run logged so far, and the pipeline can
-keep writing the file directly or log through the server (`tracking.uri: http://127.0.0.1:5000`).
+The MLflow store defaults to `sqlite:///mlflow.db`: the URI the pipeline's `tracking.uri` uses, so the UI shows
+every run logged so far, and the pipeline can keep writing the file directly or log through the server
+(`tracking.uri: http://127.0.0.1:5000`). A relative sqlite path, and a relative artifacts folder, are taken from
+the DVC repository's root (the nearest folder at or above the working directory holding `.dvc/`), as the stages
+take `tracking.uri`, so `ui` serves their store from any folder of the repository; outside a repository only a
+store file already in the working directory is served (a new empty one there would show nothing, in silence).
 A store URI's credentials never print (`centralrl.redact` masks them in the banner, errors and log tails) and
 never reach a command line: `mlflow server` gets the store through MLFLOW_BACKEND_STORE_URI.
 The functions are small and importable; the tests start the same servers through them.
@@ -29,6 +32,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -307,8 +311,9 @@ logs         {prefect.log}, {mlflow.log}
 
 So that the pipeline's flow runs (dvc repro, workers, deployments) show in this Prefect server:
   export PREFECT_API_URL={prefect.url}/api
-MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep `{redact(store_uri)}` (this UI reads the same
-store) or log through the server with `tracking.uri: {mlflow.url}`.
+MLflow: the pipeline logs to `tracking.uri` in params.yaml. Keep it at `{redact(store_uri)}` (this UI reads the
+same store; the stages take a relative sqlite:/// path from the repository root, as this UI does) or log through
+the server with `tracking.uri: {mlflow.url}`.
 Ctrl-C stops both servers.
 """
 
@@ -432,8 +437,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 def unusable_sqlite_file(uri: str) -> str | None:
     """Why the file of a `sqlite:///PATH` store cannot hold MLflow's runs, or None: a folder or a file that is
-    no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), or a
-    folder above it that does not exist (a typo made a new store there in silence) or takes no file."""
+    no database where it should be (SQLAlchemy's traceback, for evaluate after its whole evaluation), another
+    application's database (MLflow added its tables to it in silence), or a folder above it that does not exist
+    (a typo made a new store there in silence) or takes no file. An empty or missing file is a new store."""
     store = sqlite_store(uri)
     if store is None:
         return None
@@ -442,13 +448,34 @@ def unusable_sqlite_file(uri: str) -> str | None:
     if store.exists():
         with open(store, "rb") as file:
             head = file.read(len(SQLITE_HEADER))
-        return None if head in (b"", SQLITE_HEADER) else f"{store} is a file but not a SQLite database"
+        if head not in (b"", SQLITE_HEADER):
+            return f"{store} is a file but not a SQLite database"
+        return None if head == b"" else foreign_database(store)
     blocked = file_in_the_way(list(store.parents))
     if blocked is not None:
         return f"{blocked} is a file, not a folder"
     if not store.parent.is_dir():
         return f"its folder {store.parent} does not exist (make it, or correct the path)"
     return folder_refuses_files(store)
+
+
+# every MLflow store has both; one that MLflow is still making has `experiments` from its first statement (the other
+# tables of its first schema refer to it), so a stage that starts beside that one is not refused
+MLFLOW_TABLES = ("alembic_version", "experiments")
+
+
+def foreign_database(store: Path) -> str | None:
+    """Why the SQLite database `store` is not MLflow's, or None: one with tables but neither of `MLFLOW_TABLES`
+    belongs to another application (MLflow would add its own beside them). Read-only: nothing is written."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as database:
+            tables = [row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error as error:
+        return f"{store} cannot be read as a SQLite database ({error})"
+    if not tables or set(MLFLOW_TABLES) & set(tables):
+        return None
+    shown = ", ".join(sorted(tables)[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return f"{store} is another application's SQLite database, not an MLflow store (its tables: {shown})"
 
 
 def url_problem(url: str) -> str | None:
@@ -523,13 +550,19 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
         )
 
 
-def check_prefect_api(url: str, timeout: float = 5.0) -> None:
-    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL or no Prefect server answers
-    there, instead of Prefect's traceback after its retries."""
+def check_prefect_url(url: str) -> None:
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL. Checked before `prefect` is
+    imported: Prefect validates its settings at import, and a URL it cannot parse was a pydantic traceback."""
     if (problem := url_problem(url)) is not None:
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not a valid URL ({problem})")
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
+
+
+def check_prefect_api(url: str, timeout: float = 5.0) -> None:
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL (`check_prefect_url`) or no
+    Prefect server answers there, instead of Prefect's traceback after its retries."""
+    check_prefect_url(url)
     reason = unanswered(url, timeout)
     if reason is not None:
         raise ServiceError(
@@ -553,18 +586,57 @@ def folder_path(text: str) -> str:
     return text
 
 
+def repository_root(start: Path) -> Path | None:
+    """The root of the DVC repository holding `start`: the nearest folder at or above it with a `.dvc` folder,
+    as DVC finds the root it exports to the stages as $DVC_ROOT (`stage_store_uri`); None outside one."""
+    for folder in (start, *start.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return None
+
+
+def served_store(uri: str, start: Path) -> str:
+    """The store `ui` serves for `uri`, run in the folder `start`: a relative sqlite:/// file from the root of the
+    DVC repository holding `start`, as the stages take it, else from `start` where that file exists; any other
+    URI as it is. Raise `ServiceError` for a relative file outside a repository and not in `start`: MLflow made
+    an empty store there, and the banner said the UI read the pipeline's."""
+    store = sqlite_store(uri)
+    if store is None or store.is_absolute():
+        return uri
+    root = repository_root(start)
+    if root is None and not (start / store).exists():
+        raise ServiceError(
+            f"no DVC repository (a folder holding .dvc/) at or above {start} to take {store} from, and no "
+            f"{start / store}; run this in the repository, or name the store by its absolute path"
+        )
+    return stage_store_uri(uri, str(root or start))
+
+
 def store_uri(text: str) -> str:
     """An MLflow backend store URI `mlflow server` can serve: a database URL (MLflow 3 refuses a file store, and
-    an http URI names a server, not a store)."""
+    an http URI names a server, not a store); a relative sqlite path made absolute (`served_store`)."""
     scheme = text.partition("://")[0].split("+")[0]
     if "://" not in text or scheme not in DATABASES:
         raise argparse.ArgumentTypeError(
             f"{redact(text)}: not a database URI (sqlite:///mlflow.db, postgresql://..., mysql://..., mssql://...)"
         )
-    problem = missing_driver(text) or unusable_sqlite_file(text)  # a typo'd folder: MLflow made a new store there
+    try:
+        served = served_store(text, Path.cwd())
+    except ServiceError as error:
+        raise argparse.ArgumentTypeError(f"{redact(text)}: {error}") from None
+    problem = missing_driver(served) or unusable_sqlite_file(served)  # a typo'd folder: MLflow made a store there
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{redact(text)}: {problem}")
-    return text
+    return served
+
+
+def artifacts_folder(text: str) -> str:
+    """The MLflow server's artifacts folder, as `folder_path` takes it; a relative one from the DVC repository's
+    root (else the working directory), as a relative store is (`served_store`), so it stays beside the store."""
+    folder = Path(text)
+    if text.strip() and not folder.is_absolute():
+        folder = (repository_root(Path.cwd()) or Path.cwd()) / folder
+    return folder_path(str(folder))
 
 
 def positive(what: str) -> Callable[[str], float]:
@@ -611,13 +683,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--mlflow-store",
         type=store_uri,
         default="sqlite:///mlflow.db",
-        help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri)",
+        help="MLflow backend store URI (default sqlite:///mlflow.db, the pipeline's tracking.uri; a relative "
+        "sqlite path is taken from the DVC repository's root, as the stages take it)",
     )
     run.add_argument(
         "--mlflow-artifacts",
-        type=folder_path,
+        type=artifacts_folder,
         default="mlartifacts",
-        help="folder for artifacts logged through the server (default ./mlartifacts)",
+        help="folder for artifacts logged through the server (default mlartifacts; a relative one is taken from "
+        "the DVC repository's root)",
     )
     run.add_argument(
         "--prefect-home",
