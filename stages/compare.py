@@ -343,7 +343,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         required=True,
         help="input: the corpus the index holds (where each wrong answer was last seen)",
     )
-    parser.add_output("--report", "folder with report.md, report.html and the plots", marks=("report.md",))
+    parser.add_output(
+        "--report",
+        "folder with report.md, report.html and the plots",
+        marks=("report.md",),
+        writes=("report.md", "report.html", "*.png"),
+    )
     parser.add_output("--metrics", "every statistic and the verdicts (JSON)", suffix=".json")
     return parser.parse_args(argv)
 

@@ -25,7 +25,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--budgets", type=InputPath, help="with --arm: input, where each budget cut the run (train)")
     parser.add_output(
-        "--out", "records.jsonl and transcripts.md (per budget for an arm)", marks=("records.jsonl", "*/records.jsonl")
+        "--out",
+        "records.jsonl, transcripts.md and cell.json (per budget for an arm)",
+        marks=("records.jsonl", "*/records.jsonl"),
+        writes=tuple(
+            f"{where}{name}" for where in ("", "*/") for name in ("records.jsonl", "transcripts.md", "cell.json")
+        ),
     )
     parser.add_output("--metrics", "EM/F1/Acc per benchmark, macro-average, compute (JSON)", suffix=".json")
     parser.add_output(
