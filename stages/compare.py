@@ -285,7 +285,10 @@ def checked_evaluated_cell(records_path: str, wanted: dict, stage: str) -> None:
     if written != wanted:
         differ = sorted(key for key in {*written, *wanted} if written.get(key) != wanted.get(key))
         said = "; ".join(f"{key} {written.get(key)!r} where {wanted.get(key)!r} was expected" for key in differ)
-        raise DataError(f"{path}: {said}: the records beside it are another evaluation's; rerun `dvc repro {stage}`")
+        advice = f"rerun `dvc repro {stage}`"
+        if differ == ["start"] and "reference" in wanted:  # this evaluation or the trained cells may be the stale one
+            advice = "the trained cells recorded another start: `dvc repro` reruns whichever is older"
+        raise DataError(f"{path}: {said}: the records beside it are another evaluation's; {advice}")
 
 
 def check_evaluated_cells(cfg: Config, args: argparse.Namespace, backbone: str, cuts: dict, starts: dict) -> None:
@@ -295,9 +298,9 @@ def check_evaluated_cells(cfg: Config, args: argparse.Namespace, backbone: str, 
     for arm, seeds in cuts.items():
         for seed, budgets in seeds.items():
             cell = {"arm": arm, "seed": seed, "backbone": backbone, "start": starts[arm][seed]}
-            for budget, cut in budgets.items():
+            for budget in cfg.budgets:  # budgets.json may hold more (checked_cuts): those were not evaluated
                 path = args.records.format(backbone=backbone, arm=arm, seed=seed, budget=budget)
-                wanted = cell | {"budget": budget, "adapters": cut.get("adapters")}
+                wanted = cell | {"budget": budget, "adapters": budgets[budget].get("adapters")}
                 checked_evaluated_cell(path, wanted, f"evaluate@{arm}-{seed}-{backbone}")
     trained_from = sorted({start for seeds in starts.values() for start in seeds.values()}, key=str)
     if len(trained_from) != 1:

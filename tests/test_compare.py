@@ -230,7 +230,8 @@ def edit_json(path: str, change) -> None:
         (  # base evaluated from another start than the arms trained from
             "eval/main/base/cell.json",
             lambda path: edit_json(path, lambda cell: cell.update(start="6" * 64)),
-            f"eval/main/base/cell.json: start '{'6' * 64}' where '{START}' was expected",
+            f"eval/main/base/cell.json: start '{'6' * 64}' where '{START}' was expected: the records beside it are "
+            "another evaluation's; the trained cells recorded another start: `dvc repro` reruns whichever is older",
         ),
         (  # an evaluation by an older version, which wrote no cell.json
             "eval/main/joint/seed0/equal_tokens/cell.json",

@@ -435,8 +435,12 @@ EARLIER_FOLDERS = {
         for cut in ("equal_steps", "equal_tokens")
         for file in ("README.md", "central/adapter_config.json", "central/adapter_model.safetensors")
     ],
-    "eval/main/joint/seed0": ["equal_steps/records.jsonl", "equal_steps/transcripts.md", "equal_tokens/records.jsonl"],
-    "eval/main/base": ["records.jsonl", "transcripts.md"],
+    "eval/main/joint/seed0": [
+        f"{cut}/{file}"
+        for cut in ("equal_steps", "equal_tokens")
+        for file in ("records.jsonl", "transcripts.md", "cell.json")
+    ],
+    "eval/main/base": ["records.jsonl", "transcripts.md", "cell.json"],
     "report": ["report.md", "report.html", "training_main.png", "f1_vs_compute_main.png"],
 }
 

@@ -618,6 +618,7 @@ def test_a_port_out_of_range_is_a_usage_error(port, capsys):
             "argument --log-dir: /proc/x: cannot be made: /proc takes no new file",
         ),  # traceback
         (["--prefect-home", ""], "argument --prefect-home: a blank folder; name one"),  # was: the working directory
+        (["--mlflow-artifacts", ""], "argument --mlflow-artifacts: a blank folder; name one"),  # as --prefect-home
         (
             ["--timeout", "-1"],
             "argument --timeout: '-1' is not a number of seconds above 0",
@@ -669,18 +670,27 @@ def test_ui_outside_a_repository_refuses_a_relative_store_it_would_make_empty(tm
 # ---- the tracking store ------------------------------------------------------------------------------------
 
 
-def test_another_applications_sqlite_database_is_refused_as_a_store_and_left_as_it_was(tmp_path):
+@pytest.mark.parametrize(
+    "tables, options",
+    [
+        (["notes"], ""),
+        (["alembic_version", "flow_run"], ""),  # Prefect's database (alembic-managed, as MLflow's is) passed
+        (["notes"], "?timeout=30"),  # SQLAlchemy's options: the file 'notes.db?timeout=30' was checked, and missing
+    ],
+)
+def test_another_applications_sqlite_database_is_refused_as_a_store_and_left_as_it_was(tmp_path, tables, options):
     """MLflow added its 66 tables to it in silence (the notes table stayed, among them)."""
     notes = tmp_path / "notes.db"
     with contextlib.closing(sqlite3.connect(notes)) as database, database:
-        database.execute("CREATE TABLE notes (text TEXT)")
-        database.execute("INSERT INTO notes VALUES ('not MLflow''s')")
+        for table in tables:
+            database.execute(f"CREATE TABLE {table} (text TEXT)")
+            database.execute(f"INSERT INTO {table} VALUES ('not MLflow''s')")
     before = notes.read_bytes()
     with pytest.raises(TrackingError) as refused:
-        services.check_reachable(f"sqlite:///{notes}")
+        services.check_reachable(f"sqlite:///{notes}{options}")
     assert str(refused.value) == (
-        f"tracking.uri sqlite:///{notes}: {notes} is another application's SQLite database, not an MLflow store "
-        "(its tables: notes)"
+        f"tracking.uri sqlite:///{notes}{options}: {notes} is another application's SQLite database, not an MLflow "
+        f"store (its tables: {', '.join(tables)})"
     )
     assert notes.read_bytes() == before
 

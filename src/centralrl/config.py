@@ -1364,28 +1364,27 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
         )
     axes = sorted(set(overlay) & set(MATRIX_AXES))
     if axes:
-        settings = " ".join(f"-S '{_axis_setting(axis, overlay[axis])}'" for axis in axes)
+        hints = "; ".join(_axis_hint(axis, overlay[axis]) for axis in axes)
         raise ConfigError(
             f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
-            f"matrix from params.yaml alone, so set it there (e.g. dvc exp run {settings})"
+            f"matrix from params.yaml alone, so set it there ({hints})"
         )
     layers = [(str(params_path), file_params), (str(overlay_file), overlay)]
     layers += [("the values set on the command line", overrides)] if overrides else []
     return deep_merge(deep_merge(raw, overlay), overrides or {}), layers
 
 
-def _axis_setting(axis: str, value: object) -> str:
-    """A `dvc exp run -S` setting that puts the profile's `value` of matrix axis `axis` into params.yaml: the whole
-    list, or a mapping's first entry's first field (one -S per field; the hint named seeds whatever was set).
+def _axis_hint(axis: str, value: object) -> str:
+    """How to put the profile's `value` of matrix axis `axis` into params.yaml: a list (seeds, backbones) by `dvc
+    exp run -S`; a mapping (arms, references) by moving it there, as `-S` sets one field of a key params.yaml
+    already has (Hydra refuses a new one) and cannot replace the whole mapping.
 
-    >>> _axis_setting("seeds", [0, 1]), _axis_setting("arms", {"solo": {"trainable_roles": ["central"]}})
-    ('seeds=[0,1]', 'arms.solo.trainable_roles=["central"]')
+    >>> _axis_hint("seeds", [0, 1]), _axis_hint("arms", {"solo": {"trainable_roles": ["central"]}})
+    ("dvc exp run -S 'seeds=[0,1]'", 'move its arms: mapping into params.yaml')
     """
-    key = axis
-    while isinstance(value, dict) and value:
-        name, value = next(iter(value.items()))
-        key += f".{name}"
-    return f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
+    if isinstance(value, list):
+        return f"dvc exp run -S '{axis}={json.dumps(value, separators=(',', ':'))}'"
+    return f"move its {axis}: mapping into params.yaml"
 
 
 def _overridden_changes(params: dict, overlay: dict, defaults: dict, prefix: str = "") -> list[tuple]:

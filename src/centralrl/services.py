@@ -415,11 +415,15 @@ def stage_store_uri(uri: str, root: str | None) -> str:
     ('sqlite:////repo/mlflow.db', 'sqlite:////abs/m.db')
     >>> stage_store_uri("http://127.0.0.1:5000", "/repo"), stage_store_uri("sqlite:///mlflow.db", None)
     ('http://127.0.0.1:5000', 'sqlite:///mlflow.db')
+    >>> stage_store_uri("sqlite:///mlflow.db?timeout=30", "/repo")
+    'sqlite:////repo/mlflow.db?timeout=30'
     """
     store = sqlite_store(uri)
     if store is None or store.is_absolute() or not root:
         return uri
-    return f"{uri.partition(':///')[0]}:///{Path(root) / store}"
+    scheme, _, rest = uri.partition(":///")
+    _, mark, query = rest.partition("?")  # SQLAlchemy's options (?timeout=30), kept
+    return f"{scheme}:///{Path(root) / store}{mark}{query}"
 
 
 def sqlite_store(uri: str) -> Path | None:
@@ -427,8 +431,10 @@ def sqlite_store(uri: str) -> Path | None:
 
     >>> sqlite_store("sqlite+pysqlite:////abs/m.db"), sqlite_store("sqlite:///:memory:"), sqlite_store("http://h")
     (PosixPath('/abs/m.db'), None, None)
+    >>> sqlite_store("sqlite:///m.db?timeout=30")
+    PosixPath('m.db')
     """
-    match = re.fullmatch(r"sqlite(?:\+\w+)?:///(.+)", uri)
+    match = re.fullmatch(r"sqlite(?:\+\w+)?:///([^?]+)(?:\?.*)?", uri)  # ?timeout=30: SQLAlchemy's, not the file's
     return None if match is None or match.group(1) == ":memory:" else Path(match.group(1))
 
 
@@ -459,20 +465,22 @@ def unusable_sqlite_file(uri: str) -> str | None:
     return folder_refuses_files(store)
 
 
-# every MLflow store has both; one that MLflow is still making has `experiments` from its first statement (the other
-# tables of its first schema refer to it), so a stage that starts beside that one is not refused
-MLFLOW_TABLES = ("alembic_version", "experiments")
+# every MLflow store has it, from the first statement that makes one (the other tables of its first schema refer to
+# it), so a stage that starts beside a store MLflow is still making is not refused; `alembic_version` alone is no
+# sign: Prefect's database (and any alembic-managed one) has it too
+MLFLOW_TABLE = "experiments"
 
 
 def foreign_database(store: Path) -> str | None:
-    """Why the SQLite database `store` is not MLflow's, or None: one with tables but neither of `MLFLOW_TABLES`
-    belongs to another application (MLflow would add its own beside them). Read-only: nothing is written."""
+    """Why the SQLite database `store` is not MLflow's, or None: one with tables but not `MLFLOW_TABLE` belongs
+    to another application (Prefect's, say: MLflow would add its own beside them). Read-only: nothing is
+    written."""
     try:
         with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as database:
             tables = [row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     except sqlite3.Error as error:
         return f"{store} cannot be read as a SQLite database ({error})"
-    if not tables or set(MLFLOW_TABLES) & set(tables):
+    if not tables or MLFLOW_TABLE in tables:
         return None
     shown = ", ".join(sorted(tables)[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
     return f"{store} is another application's SQLite database, not an MLflow store (its tables: {shown})"
@@ -633,8 +641,10 @@ def store_uri(text: str) -> str:
 def artifacts_folder(text: str) -> str:
     """The MLflow server's artifacts folder, as `folder_path` takes it; a relative one from the DVC repository's
     root (else the working directory), as a relative store is (`served_store`), so it stays beside the store."""
+    if not text.strip():  # '' was the working directory to Path
+        return folder_path(text)
     folder = Path(text)
-    if text.strip() and not folder.is_absolute():
+    if not folder.is_absolute():
         folder = (repository_root(Path.cwd()) or Path.cwd()) / folder
     return folder_path(str(folder))
 
