@@ -164,16 +164,21 @@ def test_the_experiment_script_parses_its_arguments_and_names_a_bad_one(prefect_
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
-def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
-    """A stale PREFECT_API_URL was a 112-line traceback from Prefect's client."""
-    url = f"http://127.0.0.1:{services.free_port()}/api"
-    done = subprocess.run(
+def dry_experiment_with_prefect_api(url: str) -> subprocess.CompletedProcess:
+    """`flows/experiment.py --dry` for one stage, with PREFECT_API_URL set to `url`."""
+    return subprocess.run(
         [sys.executable, str(REPO / "flows" / "experiment.py"), "--dry", "--targets", "prepare_data"],
         capture_output=True,
         text=True,
         env=os.environ | {"PREFECT_API_URL": url},
         timeout=120,
     )
+
+
+def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
+    """A stale PREFECT_API_URL was a 112-line traceback from Prefect's client."""
+    url = f"http://127.0.0.1:{services.free_port()}/api"
+    done = dry_experiment_with_prefect_api(url)
     assert done.returncode == 1 and done.stderr.startswith(f"experiment: error: PREFECT_API_URL={url}: no Prefect")
     assert len(done.stderr.splitlines()) == 1, done.stderr
 
@@ -181,13 +186,7 @@ def test_the_experiment_script_names_a_prefect_api_that_does_not_answer():
 def test_the_experiment_script_names_a_prefect_api_url_it_cannot_parse_in_one_line_as_a_stage_does():
     """Prefect validates PREFECT_API_URL when it is imported: `http://[::1` was a 39-line pydantic traceback."""
     url = "http://[::1"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "flows" / "experiment.py"), "--dry", "--targets", "prepare_data"],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"PREFECT_API_URL": url},
-        timeout=120,
-    )
+    done = dry_experiment_with_prefect_api(url)
     with pytest.raises(services.ServiceError) as stage:
         services.check_prefect_api(url)  # what a stage says (`stage_prefect_server`)
     assert (done.returncode, done.stderr) == (1, f"experiment: error: {stage.value}\n")
