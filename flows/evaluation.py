@@ -59,13 +59,40 @@ def rollout(
     return TOPOLOGIES[topology](questions, policy, retriever, settings)
 
 
+class CountedPolicy:
+    """`policy`, whose generate calls advance `bar` by one per prompt: an evaluation's progress in role calls (a
+    chunk of 64 questions, the whole default test split, was one step of a bar that sat at 0 for minutes)."""
+
+    def __init__(self, policy: RolePolicy, bar: tqdm) -> None:
+        self.policy, self.bar = policy, bar
+
+    def generate(self, role: str, prompts: list[list[int]], *args, **kwargs) -> list:
+        generations = self.policy.generate(role, prompts, *args, **kwargs)
+        self.bar.update(len(prompts))
+        return generations
+
+    def __getattr__(self, name: str):
+        return getattr(self.policy, name)
+
+
+def most_calls(topology: str, max_turns: int) -> int:
+    """The most role calls of one episode: central, a central and a retrieval call per turn and the conclusion's;
+    single agent, a call per step and the forced answer."""
+    return 2 * max_turns + 1 if topology == "central" else max_turns + 1
+
+
 def run_all(
     cfg: Config, name: str, questions: list[Question], policy: RolePolicy, retriever: Retriever, topology: str
 ) -> list[Episode]:
     settings = run_settings(cfg, greedy=True, seed=0)
     episodes: list[Episode] = []
-    for start in tqdm(range(0, len(questions), cfg.evaluate.chunk_size), desc=f"evaluate@{name}", unit="chunk"):
-        episodes += rollout(questions[start : start + cfg.evaluate.chunk_size], policy, retriever, topology, settings)
+    most = len(questions) * most_calls(topology, cfg.harness.max_turns)
+    with tqdm(total=most, desc=f"evaluate@{name}", unit="call") as bar:
+        counted = CountedPolicy(policy, bar)
+        for start in range(0, len(questions), cfg.evaluate.chunk_size):
+            chunk = questions[start : start + cfg.evaluate.chunk_size]
+            episodes += rollout(chunk, counted, retriever, topology, settings)
+        bar.total = bar.n  # episodes that concluded early made fewer calls than the most
     return episodes
 
 

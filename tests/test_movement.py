@@ -197,8 +197,9 @@ def test_the_report_flags_a_final_policy_past_max_kl_which_the_training_guard_ne
     )
 
 
-def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
-    """The pipeline test runs the base reference only; this is the other topology's stage run, in-process."""
+def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run, capfd):
+    """The pipeline test runs the base reference only; this is the other topology's stage run, in-process. Its
+    progress bar counts the role calls the records hold (it was one step per chunk: 0/1 for minutes)."""
     from stages import evaluate
 
     folder, params, data = smoke_run
@@ -215,6 +216,8 @@ def test_the_single_agent_reference_evaluates_through_the_stage(smoke_run):
     assert len(records) == questions
     assert all(set(json.loads(r)["tokens"]) == {"agent"} for r in records)  # the single agent works alone
     assert "f1" in json.dumps(read_json(out / "metrics.json"))
+    calls = sum(json.loads(r)["tokens"]["agent"]["calls"] for r in records)
+    assert f"{calls}/{calls} [" in capfd.readouterr().err
 
 
 def test_an_index_of_another_corpus_is_refused_before_the_model_loads(smoke_run, tmp_path):

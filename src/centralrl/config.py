@@ -616,7 +616,7 @@ class TrackingConfig(Section):
 
 
 class EvaluateConfig(Section):
-    chunk_size: int = Field(64, ge=1, description="questions per rollout task (one progress step)")
+    chunk_size: int = Field(64, ge=1, description="questions per rollout task (one Prefect task run)")
 
 
 TOPOLOGY_ROLES = {"central": ROLES, "single_agent": ("agent",)}
