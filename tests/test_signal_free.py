@@ -484,6 +484,28 @@ def test_stratified_steps_hold_each_benchmarks_share_and_uniform_ones_need_not(t
     assert any(not set(step) <= even for step in mixes("uniform"))
 
 
+def test_revisit_plays_the_first_batches_again_at_the_end_and_an_unchanged_policy_gets_the_same_episodes(
+    tiny_backbone, tmp_path
+):
+    """`train.grpo.revisit` k: the last k of the `steps` batches draw the first k's questions and sampling streams,
+    so a policy that did not change plays them the same episodes (a first-to-last-quarter rise is then the
+    policy's, not the draw's); the batches between draw their own. Half the steps or more is refused."""
+    from centralrl.errors import ConfigError
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["central"], {"steps": 6, "revisit": 2})
+
+    def played(step: int) -> tuple[list[str], list[tuple[int, ...]], int]:
+        trainer.step = step
+        calls = [c.completion_ids for e in trainer.rollout() for c in e.calls]
+        return [q.id for d in trainer.draws() for q in d], calls, trainer.settings().seed
+
+    first = [played(0), played(1)]
+    assert [played(4), played(5)] == first
+    assert played(2)[2] not in {seed for _, _, seed in first}
+    with pytest.raises(ConfigError, match=r"revisit 4 is more than half of train.grpo.steps \(6\)"):
+        load_config(write_params(tmp_path, {"train": {"grpo": {"steps": 6, "revisit": 4}}}))
+
+
 @pytest.mark.parametrize("frozen_roles", ["greedy", "sampled"])
 def test_frozen_roles_play_greedily_in_rollouts_when_asked_and_trained_ones_still_sample(
     tiny_backbone, tmp_path, frozen_roles

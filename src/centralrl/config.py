@@ -775,6 +775,13 @@ class GrpoConfig(Section):
         "variance, roll out questions_per_step new questions more, at most this many times; every draw's rollout "
         "counts in the step's spending; 0: never",
     )
+    revisit: int = Field(
+        0,
+        ge=0,
+        description="the last `revisit` of the `steps` rollout batches draw the questions and sampling streams of the "
+        "first `revisit` again, so the reward of the first and last quarter (revisit = steps / 4) is measured on the "
+        "same questions with the same random numbers: a rise is the policy's, not the draw's; 0: never",
+    )
     frozen_roles: Literal["sampled", "greedy"] = Field(
         "sampled",
         description="how a training rollout plays the roles the arm does not train: sampled at harness.temperature "
@@ -1102,6 +1109,11 @@ class Config(Section):
             raise ValueError(
                 f"budgets {beyond} (steps) exceed train.grpo.steps ({grpo.steps}), the most steps a run "
                 f"takes; such a cut could never be reached"
+            )
+        if 2 * grpo.revisit > grpo.steps:
+            raise ValueError(
+                f"train.grpo.revisit {grpo.revisit} is more than half of train.grpo.steps ({grpo.steps}): the "
+                "batches it repeats would overlap the ones that repeat them"
             )
         if grpo.pool_filter != "none" and not grpo.pool:
             raise ValueError(f"train.grpo.pool_filter {grpo.pool_filter} needs train.grpo.pool, the pool's size")

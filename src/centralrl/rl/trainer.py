@@ -320,8 +320,15 @@ class Trainer:
     def settings(self, draw: int = 0) -> RunSettings:
         # each process samples with its own stream; one process keeps the seeds it always had
         where = (("rank", self.world.rank) if self.world.size > 1 else ()) + (("draw", draw) if draw else ())
-        seed = derive_seed(self.seed, "rollout", self.step, *where)
+        seed = derive_seed(self.seed, "rollout", self.draw_step(), *where)
         return run_settings(self.cfg, False, seed, self.greedy_roles())
+
+    def draw_step(self) -> int:
+        """The step whose questions and sampling streams this step draws: its own, or under `revisit` k the last k
+        of the `steps` batches those of the first k (step n - k draws as step 0)."""
+        g = self.cfg.train.grpo
+        repeat_from = g.steps - g.revisit
+        return self.step - repeat_from if g.revisit and self.step >= repeat_from else self.step
 
     def greedy_roles(self) -> list[str]:
         """The roles a rollout decodes greedily: the frozen ones (no adapter) under `frozen_roles: greedy`."""
@@ -363,7 +370,7 @@ class Trainer:
         draws takes. `stratified`: the pool shuffled, then dealt round-robin over its benchmarks (in shuffled
         order, so which benchmark gets the odd question varies), so every draw holds each benchmark's share."""
         g = self.cfg.train.grpo
-        rng = random.Random(derive_seed(self.seed, "questions", self.step))
+        rng = random.Random(derive_seed(self.seed, "questions", self.draw_step()))
         if g.question_sampling == "stratified":
             wanted = (1 + g.extra_draws) * g.questions_per_step
             drawn = interleave(rng.sample(self.questions, len(self.questions)))[:wanted]
@@ -378,7 +385,7 @@ class Trainer:
         g = self.cfg.train.grpo
         first = rng.sample(self.questions, g.questions_per_step)
         rest = [q for q in self.questions if q not in first]
-        rest = random.Random(derive_seed(self.seed, "questions", self.step, "extra")).sample(
+        rest = random.Random(derive_seed(self.seed, "questions", self.draw_step(), "extra")).sample(
             rest, min(len(rest), g.extra_draws * g.questions_per_step)
         )
         return first + rest
