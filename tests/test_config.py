@@ -275,6 +275,23 @@ def test_a_number_yaml_read_as_text_gets_a_hint(tmp_path):
         load_config(params)
 
 
+def test_a_yaml_merge_key_merges_and_a_key_given_twice_is_still_refused(tmp_path):
+    """`<<: {...}` (or `<<: *anchor`) is YAML that yaml.safe_load reads; the duplicate-key check refused it as
+    "not valid YAML: could not determine a constructor for the tag ...merge"."""
+    params = write_params(tmp_path)
+    profile = tmp_path / "profiles" / "smoke.yaml"
+    profile.write_text(
+        "train:\n  dev: &dev {questions: 3, every: 3}\nwarmstart:\n  <<: {questions: 8, epochs: 2}\n  epochs: 1\n"
+    )
+    cfg = load_config(params)
+    assert (cfg.train.dev.every, cfg.warmstart.questions, cfg.warmstart.epochs) == (3, 8, 1)  # its own key wins
+    profile.write_text("warmstart: {questions: 8}\nwarmstart: {epochs: 2}\n")
+    with pytest.raises(
+        ConfigError, match=r"smoke\.yaml: not valid YAML: key 'warmstart' given twice \(first on line 1"
+    ):
+        load_config(params)
+
+
 @pytest.mark.parametrize(
     "uri",
     [

@@ -1194,11 +1194,15 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, refusing a key given twice in one mapping: YAML keeps the last one silently, so a
-    second `harness:` section would replace the first one's settings with the defaults."""
+    second `harness:` section would replace the first one's settings with the defaults. A merge key (`<<: *grpo`)
+    is left to SafeLoader, which merges it under the mapping's own keys (constructed here, it was refused as "not
+    valid YAML: could not determine a constructor for the tag ...merge")."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         first_line: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, Hashable) and key in first_line:
                 raise yaml.constructor.ConstructorError(
