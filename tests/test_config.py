@@ -158,6 +158,19 @@ def test_a_profile_setting_a_matrix_axis_is_told_how_to_set_that_axis(tmp_path, 
     assert hint in str(error.value) and ("seeds" in axes) == ("dvc exp run -S 'seeds=[4]'" in str(error.value))
 
 
+def test_a_backbone_only_a_profile_defines_is_refused(tmp_path):
+    """The plan listed prepare_model@large and the rest, and `dvc repro` refused each: dvc.yaml tracks
+    models.<backbone> of params.yaml ("Parameters 'models.large' are missing from 'params.yaml'")."""
+    params = write_params(tmp_path, {"backbones": ["main", "large"]})
+    (tmp_path / "profiles" / "smoke.yaml").write_text("models:\n  large: {source: tiny_qwen2, dtype: bfloat16}\n")
+    with pytest.raises(ConfigError, match=r"smoke\.yaml: defines models\.large, a backbone of `backbones`, which "):
+        load_config(params)
+    raw = yaml.safe_load(params.read_text())
+    raw["models"]["large"] = {"source": "tiny_qwen2"}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert load_config(params).models["large"].dtype == "bfloat16"  # defined there, the profile may change it
+
+
 def test_budget_sets_exactly_one_limit(tmp_path):
     params = write_params(tmp_path, {"budgets": {"both": {"steps": 2, "flops": 1.0e9}}})
     with pytest.raises(

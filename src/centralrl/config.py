@@ -1373,6 +1373,15 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
             f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
             f"matrix from params.yaml alone, so set it there ({hints})"
         )
+    models, theirs = raw.get("models"), overlay.get("models")
+    if isinstance(raw.get("backbones"), list) and isinstance(theirs, dict):
+        unlisted = [b for b in raw["backbones"] if b in theirs and not (isinstance(models, dict) and b in models)]
+        if unlisted:  # the plan listed its stages, and DVC then refused every one of them
+            raise ConfigError(
+                f"{overlay_file}: defines models.{unlisted[0]}, a backbone of `backbones`, which {params_path} "
+                f"lacks; dvc.yaml's stages track models.<backbone> of params.yaml (DVC: Parameters "
+                f"'models.{unlisted[0]}' are missing), so define it there (the profile may then change its fields)"
+            )
     layers = [(str(params_path), file_params), (str(overlay_file), overlay)]
     layers += [("the values set on the command line", overrides)] if overrides else []
     return deep_merge(deep_merge(raw, overlay), overrides or {}), layers
