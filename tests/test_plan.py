@@ -384,6 +384,10 @@ def test_an_empty_profile_or_a_list_index_in_set_is_refused_and_an_empty_mapping
     with pytest.raises(SystemExit) as stop:
         plan.main(["--params", params, "--set", "data.questions.0.limit=5"])
     assert stop.value.code == 2 and "--set reaches mappings only" in capsys.readouterr().err
+    for key in ("train..steps", "train.grpo.", ".seeds"):  # was: told to give a whole list
+        with pytest.raises(SystemExit) as stop:
+            plan.main(["--params", params, "--set", f"{key}=5"])
+        assert stop.value.code == 2 and f"'{key}': an empty name between dots" in capsys.readouterr().err
     # was: merged into nothing, both planned; emptied, the arms have no untrained start left
     assert plan.main(["--params", params, "--set", "references={}"]) == 2
     assert "references has no harness of topology central" in capsys.readouterr().err

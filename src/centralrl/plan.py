@@ -643,7 +643,9 @@ def parse_set(assignment: str) -> dict:
     except yaml.YAMLError as error:
         raise argparse.ArgumentTypeError(f"{assignment!r}: the value is not valid YAML ({error.problem})") from None
     parts = key.strip().split(".")
-    if any(part.isdigit() or not part for part in parts):  # a list item cannot be reached by a dotted path
+    if not all(part.strip() for part in parts):  # `a..b` was told to give a whole list
+        raise argparse.ArgumentTypeError(f"{key.strip()!r}: an empty name between dots, e.g. train.grpo.steps=5")
+    if any(part.isdigit() for part in parts):  # a list item cannot be reached by a dotted path
         raise argparse.ArgumentTypeError(
             f"{key.strip()!r}: --set reaches mappings only; give a whole list, e.g. data.questions=[...]"
         )
@@ -662,7 +664,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog=rest.strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (its profile overlay is applied; default params.yaml)"
+    )
     parser.add_argument("--profile", help="profile to plan for, instead of the params file's `profile`")
     parser.add_argument(
         "--set",
