@@ -186,6 +186,8 @@ def test_claim_must_name_two_arms(tmp_path):
     ) as error:
         load_config(params)
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param
+    with pytest.raises(ConfigError, match=r"are not entries of arms \(known: none, arms is empty\)"):
+        load_config(params, {"arms": {}})  # was "(known: )"
 
 
 A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question file's fields

@@ -1055,7 +1055,9 @@ class Config(Section):
         known = info.data.get(where)  # None when it failed its own checks
         unknown = [name for name in names if known is not None and name not in known]
         if unknown:
-            raise ValueError(f"{unknown} are not entries of {where} (known: {', '.join(known)})")
+            raise ValueError(
+                f"{unknown} are not entries of {where} (known: {', '.join(known) or f'none, {where} is empty'})"
+            )
         if info.field_name == "claim" and names[0] == names[1]:
             raise ValueError(f"compares {names[0]!r} with itself; name two different arms")
         return names
