@@ -13,6 +13,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+import yaml
 
 from centralrl import plan, services
 from centralrl.config import load_config
@@ -368,6 +369,19 @@ def test_file_checks_name_each_file(repo, tmp_path):
 def test_a_bad_param_exits_2_with_its_path(repo, capsys):
     code = plan.main(["--params", str(repo / "params.yaml"), "--set", "retrieval.backend=solr"])
     assert code == 2 and "retrieval.backend" in capsys.readouterr().err
+
+
+def test_a_section_dvc_yaml_tracks_missing_from_params_yaml_is_named(repo, capsys):
+    """params.yaml without `compare:` loaded as the defaults and planned every stage; DVC refused compare, the last
+    one ("Parameters 'compare' are missing from 'params.yaml'"). prepare_data, the first stage, names it too."""
+    params = repo / "params.yaml"
+    raw = yaml.safe_load(params.read_text())
+    del raw["compare"], raw["models"]
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert plan.main(["--params", str(params)]) == 2
+    assert f"{params} lacks models.main, compare, which stages of" in capsys.readouterr().err
+    assert plan.params_dvc_misses(params, load_config(params)) is not None
+    assert plan.params_dvc_misses(REPO / "params.yaml", load_config(REPO / "params.yaml")) is None
 
 
 def test_a_set_value_that_is_not_yaml_is_a_usage_error_naming_it(repo, capsys):
