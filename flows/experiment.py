@@ -39,7 +39,16 @@ _refuse_a_bad_prefect_url()
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from centralrl.dvc_runs import EVALUATION_STAGES, check_profile, dvc_command, dvc_env, read_params, stream
+from centralrl.config import load_config
+from centralrl.dvc_runs import (
+    EVALUATION_STAGES,
+    check_profile,
+    dvc_command,
+    dvc_env,
+    overrides,
+    read_params,
+    stream,
+)
 from centralrl.errors import CentralRLError, RunError
 from centralrl.processes import exit_with
 
@@ -55,10 +64,17 @@ def command(
     dry_run: bool,
     single_item: bool = False,
 ) -> list[str]:
-    """The full dvc command line for this run, checked against params.yaml (unknown arms or profiles fail here)."""
+    """The full dvc command line for this run, checked against params.yaml (unknown arms or profiles fail here).
+    A profile or seeds that differ from params.yaml's are validated with it as the stages will read them: `dvc exp
+    run -S` writes them into params.yaml and leaves them there when a stage then refuses them (a profile with an
+    unknown key or a matrix axis passed this check, which only looked for its file)."""
     params = read_params(repo)
     check_profile(repo, params, profile)
-    return [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
+    argv = [sys.executable, "-m", "dvc", *dvc_command(params, profile, arms, seeds, targets, dry_run, single_item)]
+    if overrides(params, profile, seeds):
+        chosen = {"profile": profile, "seeds": seeds}
+        load_config(Path(repo) / "params.yaml", {key: value for key, value in chosen.items() if value is not None})
+    return argv
 
 
 plan = task(command, name="plan", cache_policy=NO_CACHE)  # a visible step of the flow run

@@ -18,7 +18,7 @@ from centralrl.data.prepare import collect, counts, source_files
 from centralrl.data.split import training_left
 from centralrl.errors import ConfigError, DataError
 from centralrl.io import atomic_files, pretty_json, write_rows
-from centralrl.plan import preflight
+from centralrl.plan import params_dvc_misses, preflight
 from stages.cli import InputPath, OutputFile, outputs_problem, run_stage, stage_parser
 
 
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.params)
     base = Path(args.params).resolve().parent
     refuse_outputs_over_sources(args, cfg.data, base)
+    if (problem := params_dvc_misses(Path(args.params), cfg)) is not None:
+        raise ConfigError(problem)
     missing = [check.line() for check in preflight(cfg, base) if not check.ok]
     if missing:
         raise ConfigError(

@@ -158,6 +158,19 @@ def test_a_profile_setting_a_matrix_axis_is_told_how_to_set_that_axis(tmp_path, 
     assert hint in str(error.value) and ("seeds" in axes) == ("dvc exp run -S 'seeds=[4]'" in str(error.value))
 
 
+def test_a_backbone_only_a_profile_defines_is_refused(tmp_path):
+    """The plan listed prepare_model@large and the rest, and `dvc repro` refused each: dvc.yaml tracks
+    models.<backbone> of params.yaml ("Parameters 'models.large' are missing from 'params.yaml'")."""
+    params = write_params(tmp_path, {"backbones": ["main", "large"]})
+    (tmp_path / "profiles" / "smoke.yaml").write_text("models:\n  large: {source: tiny_qwen2, dtype: bfloat16}\n")
+    with pytest.raises(ConfigError, match=r"smoke\.yaml: defines models\.large, a backbone of `backbones`, which "):
+        load_config(params)
+    raw = yaml.safe_load(params.read_text())
+    raw["models"]["large"] = {"source": "tiny_qwen2"}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert load_config(params).models["large"].dtype == "bfloat16"  # defined there, the profile may change it
+
+
 def test_budget_sets_exactly_one_limit(tmp_path):
     params = write_params(tmp_path, {"budgets": {"both": {"steps": 2, "flops": 1.0e9}}})
     with pytest.raises(
@@ -173,6 +186,8 @@ def test_claim_must_name_two_arms(tmp_path):
     ) as error:
         load_config(params)
     assert "seeds" not in str(error.value)  # a rule across the whole params names its fields, not every param
+    with pytest.raises(ConfigError, match=r"are not entries of arms \(known: none, arms is empty\)"):
+        load_config(params, {"arms": {}})  # was "(known: )"
 
 
 A_FILE = {"path": "x.jsonl", "benchmark": "b", "split": "test"}  # a question file's fields
@@ -272,6 +287,23 @@ def test_a_number_yaml_read_as_text_gets_a_hint(tmp_path):
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
     params.write_text("profile: smoke\ntrain:\n  grpo:\n    learning_rate: 1e-4\n")
     with pytest.raises(ConfigError, match=r"\(got '1e-4'\); YAML reads 1e-4 as text: write 1\.0e-4"):
+        load_config(params)
+
+
+def test_a_yaml_merge_key_merges_and_a_key_given_twice_is_still_refused(tmp_path):
+    """`<<: {...}` (or `<<: *anchor`) is YAML that yaml.safe_load reads; the duplicate-key check refused it as
+    "not valid YAML: could not determine a constructor for the tag ...merge"."""
+    params = write_params(tmp_path)
+    profile = tmp_path / "profiles" / "smoke.yaml"
+    profile.write_text(
+        "train:\n  dev: &dev {questions: 3, every: 3}\nwarmstart:\n  <<: {questions: 8, epochs: 2}\n  epochs: 1\n"
+    )
+    cfg = load_config(params)
+    assert (cfg.train.dev.every, cfg.warmstart.questions, cfg.warmstart.epochs) == (3, 8, 1)  # its own key wins
+    profile.write_text("warmstart: {questions: 8}\nwarmstart: {epochs: 2}\n")
+    with pytest.raises(
+        ConfigError, match=r"smoke\.yaml: not valid YAML: key 'warmstart' given twice \(first on line 1"
+    ):
         load_config(params)
 
 

@@ -13,6 +13,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+import yaml
 
 from centralrl import plan, services
 from centralrl.config import load_config
@@ -370,6 +371,19 @@ def test_a_bad_param_exits_2_with_its_path(repo, capsys):
     assert code == 2 and "retrieval.backend" in capsys.readouterr().err
 
 
+def test_a_section_dvc_yaml_tracks_missing_from_params_yaml_is_named(repo, capsys):
+    """params.yaml without `compare:` loaded as the defaults and planned every stage; DVC refused compare, the last
+    one ("Parameters 'compare' are missing from 'params.yaml'"). prepare_data, the first stage, names it too."""
+    params = repo / "params.yaml"
+    raw = yaml.safe_load(params.read_text())
+    del raw["compare"], raw["models"]
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert plan.main(["--params", str(params)]) == 2
+    assert f"{params} lacks models.main, compare, which stages of" in capsys.readouterr().err
+    assert plan.params_dvc_misses(params, load_config(params)) is not None
+    assert plan.params_dvc_misses(REPO / "params.yaml", load_config(REPO / "params.yaml")) is None
+
+
 def test_a_set_value_that_is_not_yaml_is_a_usage_error_naming_it(repo, capsys):
     with pytest.raises(SystemExit) as stop:
         plan.main(["--params", str(repo / "params.yaml"), "--set", "train.grpo.steps=[1"])
@@ -384,6 +398,10 @@ def test_an_empty_profile_or_a_list_index_in_set_is_refused_and_an_empty_mapping
     with pytest.raises(SystemExit) as stop:
         plan.main(["--params", params, "--set", "data.questions.0.limit=5"])
     assert stop.value.code == 2 and "--set reaches mappings only" in capsys.readouterr().err
+    for key in ("train..steps", "train.grpo.", ".seeds"):  # was: told to give a whole list
+        with pytest.raises(SystemExit) as stop:
+            plan.main(["--params", params, "--set", f"{key}=5"])
+        assert stop.value.code == 2 and f"'{key}': an empty name between dots" in capsys.readouterr().err
     # was: merged into nothing, both planned; emptied, the arms have no untrained start left
     assert plan.main(["--params", params, "--set", "references={}"]) == 2
     assert "references has no harness of topology central" in capsys.readouterr().err

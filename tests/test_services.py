@@ -113,6 +113,19 @@ def test_the_experiment_script_keeps_params_yamls_profile_unless_told(tmp_path):
     assert "profile=default" in command(str(tmp_path), "default", None, None, None, True)
 
 
+def test_the_experiment_script_validates_a_profile_before_dvc_writes_it_into_params(tmp_path):
+    """`--profile` was only looked for as a file: one with an unknown key (or a matrix axis) became `dvc exp run -S
+    profile=...`, which wrote it into params.yaml, where it stayed when prepare_data refused it."""
+    from flows.experiment import command
+
+    params = write_params(tmp_path, profile="default")
+    (tmp_path / "profiles" / "typo.yaml").write_text("train:\n  grpo:\n    stepz: 3\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml \(profile typo\):\n  train\.grpo\.stepz: unknown param"):
+        command(str(tmp_path), "typo", None, None, None, True)
+    assert "profile=smoke" in command(str(tmp_path), "smoke", None, [7], None, True)
+    assert yaml.safe_load(params.read_text())["profile"] == "default"
+
+
 @pytest.mark.parametrize(("name", "twice"), [("arms", ["joint", "joint"]), ("seeds", [1, 0, 1])])
 def test_a_selection_naming_something_twice_is_refused_before_dvc_writes_params(name, twice):
     """`--seeds 1 1` ran `dvc exp run -S seeds=[1,1]`: DVC wrote it into params.yaml, and a stage refused it later."""

@@ -1062,7 +1062,9 @@ class Config(Section):
         known = info.data.get(where)  # None when it failed its own checks
         unknown = [name for name in names if known is not None and name not in known]
         if unknown:
-            raise ValueError(f"{unknown} are not entries of {where} (known: {', '.join(known)})")
+            raise ValueError(
+                f"{unknown} are not entries of {where} (known: {', '.join(known) or f'none, {where} is empty'})"
+            )
         if info.field_name == "claim" and names[0] == names[1]:
             raise ValueError(f"compares {names[0]!r} with itself; name two different arms")
         return names
@@ -1206,11 +1208,15 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, refusing a key given twice in one mapping: YAML keeps the last one silently, so a
-    second `harness:` section would replace the first one's settings with the defaults."""
+    second `harness:` section would replace the first one's settings with the defaults. A merge key (`<<: *grpo`)
+    is left to SafeLoader, which merges it under the mapping's own keys (constructed here, it was refused as "not
+    valid YAML: could not determine a constructor for the tag ...merge")."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         first_line: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, Hashable) and key in first_line:
                 raise yaml.constructor.ConstructorError(
@@ -1381,6 +1387,15 @@ def _resolve(params_path: str | Path, overrides: dict | None) -> tuple[dict, lis
             f"{overlay_file}: sets {', '.join(axes)}, an axis of the DVC matrix; dvc.yaml expands the "
             f"matrix from params.yaml alone, so set it there ({hints})"
         )
+    models, theirs = raw.get("models"), overlay.get("models")
+    if isinstance(raw.get("backbones"), list) and isinstance(theirs, dict):
+        unlisted = [b for b in raw["backbones"] if b in theirs and not (isinstance(models, dict) and b in models)]
+        if unlisted:  # the plan listed its stages, and DVC then refused every one of them
+            raise ConfigError(
+                f"{overlay_file}: defines models.{unlisted[0]}, a backbone of `backbones`, which {params_path} "
+                f"lacks; dvc.yaml's stages track models.<backbone> of params.yaml (DVC: Parameters "
+                f"'models.{unlisted[0]}' are missing), so define it there (the profile may then change its fields)"
+            )
     layers = [(str(params_path), file_params), (str(overlay_file), overlay)]
     layers += [("the values set on the command line", overrides)] if overrides else []
     return deep_merge(deep_merge(raw, overlay), overrides or {}), layers

@@ -154,6 +154,43 @@ def stage_names(cfg: Config, dvc_yaml: Path) -> list[str]:
     return names
 
 
+_ABSENT = object()
+
+
+def params_dvc_misses(params_file: Path, cfg: Config) -> str | None:
+    """Which params the stages of the dvc.yaml beside `params_file` (a params.yaml) track that the file itself lacks,
+    as an error, or None: a section left out of params.yaml loads as its defaults, but DVC refuses every stage
+    tracking it ("Parameters 'compare' are missing from 'params.yaml'"), compare after all the others had run."""
+    dvc_yaml = params_file.parent / "dvc.yaml"
+    if params_file.name != "params.yaml" or not dvc_yaml.is_file():
+        return None
+    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    axes = {"${item}": cfg.backbones, "${item.backbone}": cfg.backbones, "${item.arm}": list(cfg.arms)}
+    axes["${item.reference}"] = list(cfg.references)
+    missing: list[str] = []
+    for key in (key for stage in stages.values() for key in stage.get("params", []) if isinstance(key, str)):
+        names = [key]
+        for template, values in axes.items():
+            names = (
+                [name.replace(template, str(value)) for name in names for value in values]
+                if template in key
+                else names
+            )
+        for name in names:
+            tree: Any = raw
+            for part in name.split("."):
+                tree = tree.get(part, _ABSENT) if isinstance(tree, dict) else _ABSENT
+            if tree is _ABSENT and name not in missing:
+                missing.append(name)
+    if not missing:
+        return None
+    return (
+        f"{params_file} lacks {', '.join(missing)}, which stages of {dvc_yaml} track: DVC refuses those stages "
+        f"(the params load as their defaults; the repository's params.yaml sets every one): restore them"
+    )
+
+
 # ----------------------------------------------------------------------------------------------- the plan
 
 
@@ -643,7 +680,9 @@ def parse_set(assignment: str) -> dict:
     except yaml.YAMLError as error:
         raise argparse.ArgumentTypeError(f"{assignment!r}: the value is not valid YAML ({error.problem})") from None
     parts = key.strip().split(".")
-    if any(part.isdigit() or not part for part in parts):  # a list item cannot be reached by a dotted path
+    if not all(part.strip() for part in parts):  # `a..b` was told to give a whole list
+        raise argparse.ArgumentTypeError(f"{key.strip()!r}: an empty name between dots, e.g. train.grpo.steps=5")
+    if any(part.isdigit() for part in parts):  # a list item cannot be reached by a dotted path
         raise argparse.ArgumentTypeError(
             f"{key.strip()!r}: --set reaches mappings only; give a whole list, e.g. data.questions=[...]"
         )
@@ -662,7 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog=rest.strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--params", default="params.yaml", help="params file (its profile overlay is applied)")
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (its profile overlay is applied; default params.yaml)"
+    )
     parser.add_argument("--profile", help="profile to plan for, instead of the params file's `profile`")
     parser.add_argument(
         "--set",
@@ -685,6 +726,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     base = Path(args.params).resolve().parent
+    if (problem := params_dvc_misses(Path(args.params), cfg)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     print(f"plan for {args.params} (nothing runs)")
     print("\n".join(plan_lines(cfg, base)))
     if not args.check:
