@@ -773,6 +773,7 @@ TRAINED = MOVED | {"adapter": "conclusion"}
     "movement, named",
     [
         ({"steps": {"central": MOVED}}, "m.json: budget 'steps', role 'conclusion': missing"),
+        ({"steps": [MOVED]}, "m.json: budget 'steps': expected a mapping of roles, got [{"),  # an AttributeError
         ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "kl": float("nan")}}}, "field 'kl' must be a finite"),
         ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "changed": "3"}}}, "field 'changed' must be a finite"),
         ({"steps": {"central": MOVED, "conclusion": MOVED}}, "adapter 'central', but this arm gives it 'conclusion'"),
