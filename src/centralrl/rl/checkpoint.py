@@ -18,6 +18,7 @@ outputs.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import shutil
 from dataclasses import dataclass, field
@@ -153,6 +154,11 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     if saved != expected:
         raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
     meta = _meta(checkpoint)
+    cuts, wall = meta.get("cuts"), meta.get("wall_seconds")
+    if not isinstance(cuts, dict) or not all(isinstance(cut, dict) for cut in cuts.values()):
+        raise _damaged(checkpoint, f"its meta.json's cuts are {cuts!r}, not a mapping of budgets to cuts")
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < math.inf:
+        raise _damaged(checkpoint, f"its meta.json's wall_seconds is {wall!r}, not a number of seconds")
     try:
         progress = _restored(trainer, checkpoint, meta)
     except UNREADABLE as error:
