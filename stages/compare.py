@@ -126,8 +126,11 @@ def checked_movement(movement: object, path: Path, budgets: Sequence[str], adapt
     if not isinstance(movement, dict):
         raise DataError(f"{path}: expected a mapping of budgets, got {type(movement).__name__}")
     for budget in budgets:
+        roles = movement.get(budget) or {}
+        if not isinstance(roles, dict):  # was an AttributeError traceback
+            raise DataError(f"{path}: budget {budget!r}: expected a mapping of roles, got {roles!r}")
         for role, adapter in adapters.items():
-            entry, where = (movement.get(budget) or {}).get(role), f"{path}: budget {budget!r}, role {role!r}"
+            entry, where = roles.get(role), f"{path}: budget {budget!r}, role {role!r}"
             if not isinstance(entry, dict) or "adapter" not in entry:
                 raise DataError(f"{where}: missing (rerun the evaluate stage)")
             if entry["adapter"] != adapter:

@@ -145,6 +145,9 @@ def test_a_backbone_with_corrupt_weights_or_config_is_named(tiny_backbone, tmp_p
     (tokenizer / "tokenizer.json").write_bytes((tokenizer / "tokenizer.json").read_bytes()[:5000])
     with pytest.raises(BackboneError, match=r"tok: not a loadable backbone \(tokenizer\.json is not valid JSON: "):
         load_backbone(tokenizer)
+    (tokenizer / "tokenizer.json").unlink()  # loaded from tokenizer_config.json: 2 tokens, every prompt encoded to []
+    with pytest.raises(BackboneError, match=r"tok: its tokenizer encodes text to no tokens \(2 in its vocabulary: "):
+        load_backbone(tokenizer)
 
 
 def test_a_backbone_whose_weights_are_not_finite_is_named(tiny_backbone, tmp_path):

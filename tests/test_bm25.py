@@ -167,6 +167,13 @@ def test_a_damaged_index_is_named_before_any_search(tmp_path):
         "manifest.json": (lambda f: f.write_text("[]\n"), r"manifest\.json: not an index manifest"),
         "passages.jsonl": (lambda f: write_jsonl(f, [p.to_json() for p in PASSAGES[:2]]), r"4 indexed, 2 in passages"),
         "data.csc.index.npy": (lambda f: f.write_bytes(b"\x93NUMPY"), r"a damaged bm25s index \(ValueError"),
+        # a passage's text edited, the count kept: searched and shown to the roles without a word
+        "edited": (
+            lambda f: write_jsonl(
+                f.with_name("passages.jsonl"), [{**p.to_json(), "text": "edited"} for p in PASSAGES]
+            ),
+            r"holds other passages than its manifest\.json recorded",
+        ),
     }
     for name, (damage, says) in damages.items():
         save_index(build_index(PASSAGES, cfg), cfg, len(PASSAGES), tmp_path / name)

@@ -773,6 +773,7 @@ TRAINED = MOVED | {"adapter": "conclusion"}
     "movement, named",
     [
         ({"steps": {"central": MOVED}}, "m.json: budget 'steps', role 'conclusion': missing"),
+        ({"steps": [MOVED]}, "m.json: budget 'steps': expected a mapping of roles, got [{"),  # an AttributeError
         ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "kl": float("nan")}}}, "field 'kl' must be a finite"),
         ({"steps": {"central": MOVED, "conclusion": {**TRAINED, "changed": "3"}}}, "field 'changed' must be a finite"),
         ({"steps": {"central": MOVED, "conclusion": MOVED}}, "adapter 'central', but this arm gives it 'conclusion'"),
@@ -1047,6 +1048,12 @@ def test_the_start_and_adapters_evaluated_must_be_those_budgets_json_recorded(tm
     with pytest.raises(DataError, match=r"adapters/equal_tokens: not the adapters b\.json recorded .* \(missing, "):
         check()
     weights.write_bytes(b"weights")
+    check()
+    (tmp_path / "adapters" / "equal_tokens" / "central" / "adapter_model.safetensors").write_bytes(b"other weights")
+    cuts["equal_tokens"]["adapters"] = folder_sha256(tmp_path / "adapters" / "equal_tokens")  # cut at another step,
+    with pytest.raises(DataError, match=r"b\.json: budgets \['equal_steps', 'equal_tokens'\] are cut at step 3 but"):
+        check()  # its step edited to equal_steps': it was given equal_steps' records
+    cuts["equal_tokens"]["step"] = 4
     check()
     (tmp_path / "start" / "model.safetensors").write_bytes(b"another start")
     with pytest.raises(DataError, match=r"start: not the start b\.json was trained from \(other weights\)"):

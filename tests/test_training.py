@@ -410,6 +410,13 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         "cut_adapter": (lambda s: shutil.rmtree(s.parent / "cuts/two_steps/central"), cut),
         "json": (lambda s: (s / "meta.json").write_text("{"), r"meta.json:1: malformed JSON"),
         "no_meta": (lambda s: (s / "meta.json").unlink(), r"no meta.json"),
+        # a state that lost its last history row resumed and published a history one step short, exit 0 (compare
+        # refused it after every evaluation); one cut mid-line was the only damage not said to be the state's
+        "lost_row": (lambda s: _drop_last_line(s / "history.jsonl"), r"history.jsonl holds steps \[1\], not 1 to 2"),
+        "cut_row": (lambda s: os.truncate(s / "history.jsonl", 40), r"history.jsonl:1: malformed JSON"),
+        # each a traceback once the run was over (its outputs written), or after the next step's work
+        "wall": (lambda s: _edit_meta(s, wall_seconds="1.5"), r"meta.json's wall_seconds is '1.5', not a number"),
+        "cut_list": (lambda s: _edit_meta(s, cuts=["two_steps"]), r"cuts are \['two_steps'\], not a mapping"),
     }
     inputs = [str(folder / "start"), str(folder / "index"), str(data["train"])]
     shutil.copytree(state, tmp_path / "whole")  # undamaged, with its cut: resumed where it was
@@ -422,6 +429,15 @@ def test_a_damaged_state_is_named_not_resumed(smoke_run, central_only_run, tmp_p
         damage(tmp_path / name / saved.name)
         with pytest.raises(DataError, match=rf"{name}/step-\d+: a damaged training state \(.*({says})"):
             build_trainer(load_config(params), "central_only", 0, "main", *inputs, str(tmp_path / name), key, World())
+
+
+def _edit_meta(state: Path, **fields) -> None:
+    meta = state / "meta.json"
+    meta.write_text(json.dumps(json.loads(meta.read_text()) | fields))
+
+
+def _drop_last_line(path: Path) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
 
 
 def test_spending_sums_what_the_budgets_are_stated_in():

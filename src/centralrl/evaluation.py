@@ -178,7 +178,9 @@ def budget_cuts(document: object, cfg: Config, path: str, arm: str, seed: int, b
 
 def check_trained_files(document: dict, path: str, model_dir: str, adapters_dir: str) -> None:
     """The start and every cut's adapters are the files budgets.json (`path`) recorded: adapters trained from
-    another start, or a cut's folder damaged or copied from another run, would be evaluated as this cell's."""
+    another start, or a cut's folder damaged or copied from another run, would be evaluated as this cell's. Cuts
+    at one step must record the same adapters: the first one's records were written as the others' too (a step
+    edited by hand gave one budget another budget's records)."""
     if content_sha256(Path(model_dir)) != document["cell"].get("start"):
         raise DataError(
             f"{model_dir}: not the start {path} was trained from (other weights): evaluate with that start, or "
@@ -190,6 +192,12 @@ def check_trained_files(document: dict, path: str, model_dir: str, adapters_dir:
             raise DataError(
                 f"{folder}: not the adapters {path} recorded for budget {budget!r} (missing, damaged or from "
                 "another run: rerun the train stage)"
+            )
+    for step, budgets in cuts_by_step(document["cuts"]).items():  # evaluated once, from the first one's folder
+        if len({document["cuts"][budget]["adapters"] for budget in budgets}) > 1:
+            raise DataError(
+                f"{path}: budgets {budgets} are cut at step {step} but record different adapters, so one cut's "
+                "step was edited: rerun the train stage"
             )
 
 

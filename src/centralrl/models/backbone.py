@@ -73,6 +73,7 @@ def prepare_backbone(cfg: ModelConfig, out_dir: Path) -> dict:
     """Build the backbone `cfg` names and save model + tokenizer into `out_dir` (replaced whole); return metrics."""
     model, tokenizer = SOURCES[cfg.source](cfg)
     _require_chat_template(tokenizer, cfg.name_or_path or cfg.source)
+    _require_vocabulary(tokenizer, cfg.name_or_path or cfg.source)
     model = model.to(torch_dtype(cfg.dtype))
     _require_finite(model, cfg.name_or_path or cfg.source)
     _ensure_pad(model, tokenizer)
@@ -116,6 +117,7 @@ def load_backbone(model_dir: Path, dtype: str = "float32") -> tuple[PreTrainedMo
     except (OSError, ValueError, KeyError, SafetensorError, StrictDataclassError) as error:
         raise BackboneError(f"{model_dir}: not a loadable backbone ({_damaged_json(model_dir) or error})") from error
     _require_chat_template(tokenizer, str(model_dir))
+    _require_vocabulary(tokenizer, str(model_dir))
     _require_finite(model, str(model_dir))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -156,6 +158,17 @@ def _require_chat_template(tokenizer: PreTrainedTokenizerBase, where: str) -> No
         raise BackboneError(
             f"{where}: its tokenizer has no chat template (the harness prompts every role as a chat); use an "
             "instruct model, or add one (chat_template.jinja beside the tokenizer)"
+        )
+
+
+def _require_vocabulary(tokenizer: PreTrainedTokenizerBase, where: str) -> None:
+    """A tokenizer that encodes text: one whose tokenizer.json is gone loads from tokenizer_config.json with its
+    special tokens alone, and encoded every prompt to nothing (an evaluation scored 0, exit 0)."""
+    ids = tokenizer.encode("Who wrote it?", add_special_tokens=False)
+    if not ids or set(ids) == {tokenizer.unk_token_id}:
+        raise BackboneError(
+            f"{where}: its tokenizer encodes text to no tokens ({len(tokenizer)} in its vocabulary: tokenizer.json "
+            "missing?); rebuild the checkpoint"
         )
 
 

@@ -189,12 +189,22 @@ def _open(cfg: RetrievalConfig, directory: Path, corpus: str | Path | None) -> R
     if cfg.backend == "bm25s":
         from centralrl.retrieval.bm25 import Bm25sIndex
 
-        return Bm25sIndex.load(directory, cfg.bm25s_backend)
+        return _recorded_passages(Bm25sIndex.load(directory, cfg.bm25s_backend), manifest, directory)
     if cfg.backend == "dense":
-        return _open_dense(cfg, directory, manifest)
+        return _recorded_passages(_open_dense(cfg, directory, manifest), manifest, directory)
     if cfg.backend == "hybrid":
         return _hybrid({name: _open(_as(cfg, name), directory / name, corpus) for name in cfg.hybrid.backends}, cfg)
     return _open_elasticsearch(cfg, directory, manifest)
+
+
+def _recorded_passages(index: Retriever, manifest: dict, directory: Path) -> Retriever:
+    """`index` when the passages it holds are those the manifest recorded: an edited passages file (same count) was
+    searched and its text shown to the roles without a word."""
+    if index.corpus_sha256 != manifest.get("corpus_sha256"):
+        raise RetrievalError(
+            f"{directory}: holds other passages than its {MANIFEST} recorded (edited or damaged); rebuild it"
+        )
+    return index
 
 
 def _open_elasticsearch(cfg: RetrievalConfig, directory: Path, manifest: dict) -> Retriever:

@@ -18,6 +18,7 @@ outputs.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import shutil
 from dataclasses import dataclass, field
@@ -142,20 +143,28 @@ HISTORY_KEYS = ("step", "skipped", "reward_mean", "flops.generation", "flops.upd
 
 def restore(trainer: Trainer, checkpoint: Path) -> Progress:
     """Load adapters, optimizer, scheduler, step and generator states saved by `save_state`; return the progress.
-    A state that lacks one of the trainer's adapters, that cannot be read, or whose cuts are gone or hold other
-    bytes than it recorded, is a DataError naming it: states are written whole, so it was damaged afterwards, and
-    resuming from it would train from wrong weights, publish damaged adapters or fail later. Nothing is deleted:
-    the message says what to delete to start the cell over."""
+    A state that lacks one of the trainer's adapters, that cannot be read, whose history is not one row per step
+    up to its own, or whose cuts are gone or hold other bytes than it recorded, is a DataError naming it: states
+    are written whole, so it was damaged afterwards, and resuming from it would train from wrong weights, publish
+    damaged adapters or a short history, or fail later. Nothing is deleted: the message says what to delete to
+    start the cell over."""
     expected = adapter_names(trainer.policy.adapters)
     folder = checkpoint / "adapters"
     saved = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if saved != expected:
         raise _damaged(checkpoint, f"adapters {saved}, but the arm trains {expected}")
     meta = _meta(checkpoint)
+    cuts, wall = meta.get("cuts"), meta.get("wall_seconds")
+    if not isinstance(cuts, dict) or not all(isinstance(cut, dict) for cut in cuts.values()):
+        raise _damaged(checkpoint, f"its meta.json's cuts are {cuts!r}, not a mapping of budgets to cuts")
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < math.inf:
+        raise _damaged(checkpoint, f"its meta.json's wall_seconds is {wall!r}, not a number of seconds")
     try:
         progress = _restored(trainer, checkpoint, meta)
     except UNREADABLE as error:
         raise _damaged(checkpoint, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+    except DataError as error:  # a history line cut short or edited
+        raise _damaged(checkpoint, str(error).removeprefix(f"{checkpoint}/")) from None
     for adapter in expected:
         bad = non_finite_weights(trainer.policy.model, adapter)
         if bad:
@@ -164,6 +173,10 @@ def restore(trainer: Trainer, checkpoint: Path) -> Progress:
         missing = [key for key in HISTORY_KEYS if key not in row]
         if missing:
             raise _damaged(checkpoint, f"history.jsonl:{number} has no {', '.join(missing)}")
+    steps = [row["step"] for row in progress.history]
+    if steps != list(range(1, trainer.step + 1)):  # a lost row was resumed: its steps left out of every spending
+        shown = str(steps) if len(steps) <= 6 else f"{steps[:3]} ... {steps[-3:]}"
+        raise _damaged(checkpoint, f"history.jsonl holds steps {shown}, not 1 to {trainer.step} one row each")
     cuts = checkpoint.parent / "cuts"
     lost = [name for name in progress.cuts if not (cuts / name).is_dir()]
     if lost:  # its outputs would be hashed as an empty folder, then fail to copy after the whole run
