@@ -459,14 +459,14 @@ def test_spending_sums_what_the_budgets_are_stated_in():
 
 def test_the_run_ends_where_its_horizon_or_its_last_budget_cut_is_and_is_scored_there():
     """A run stops once every budget is cut, which can be before `train.grpo.steps`: that step is its last, so the
-    dev curve must end there (it was scored only every `train.dev.every` steps and at the horizon)."""
+    dev curve must end there (it was scored only every `train.dev.every` steps and at the horizon). Under `revisit`
+    it goes on to the horizon, where the replayed batches are."""
     from centralrl.config import Config
     from centralrl.rl.checkpoint import Progress
     from centralrl.rl.run import ends_run
 
-    cfg = Config.model_validate(
-        {"budgets": {"four": {"steps": 4}, "tokens": {"trained_tokens": 30}}, "train": {"grpo": {"steps": 6}}}
-    )
+    budgets = {"four": {"steps": 4}, "tokens": {"trained_tokens": 30}}
+    cfg = Config.model_validate({"budgets": budgets, "train": {"grpo": {"steps": 6}}})
     row = {"skipped": 0.0, "trained_tokens.central": 10.0, "flops.generation": 1.0, "flops.update": 1.0}
     progress = Progress([row] * 2)
     assert not ends_run(cfg, progress, row, 1.0, 3)  # 3 steps, 30 tokens: "four" not yet reached
@@ -475,6 +475,9 @@ def test_the_run_ends_where_its_horizon_or_its_last_budget_cut_is_and_is_scored_
     assert ends_run(cfg, Progress([row] * 3, cuts=progress.cuts), row, 1.0, 4)  # the 4th trained step
     assert ends_run(cfg, Progress([row] * 3), row, 1.0, 4)  # both reached at this step: both cut now
     assert ends_run(cfg, Progress([row]), {**row, "skipped": 1.0}, 1.0, 6)  # the horizon
+    replaying = Config.model_validate({"budgets": budgets, "train": {"grpo": {"steps": 6, "revisit": 1}}})
+    assert not ends_run(replaying, Progress([row] * 3), row, 1.0, 4)  # revisit: on to the replayed last batch
+    assert ends_run(replaying, Progress([row] * 5), row, 1.0, 6)
 
 
 def test_a_change_to_the_training_code_makes_saved_states_unresumable(tmp_path):

@@ -496,6 +496,8 @@ def comparison(cfg: Config, records: Mapping, reference_records: Mapping, cuts: 
         "published": PUBLISHED,
         "backbones": {},
     }
+    if cfg.train.grpo.revisit:  # the runs replayed their first batches: the report's rise is then paired
+        out["revisit"] = cfg.train.grpo.revisit
     for backbone in cfg.backbones:
         cells = {
             f"{arm}-seed{seed}-{budget}": records[backbone][arm][seed][budget]

@@ -436,10 +436,15 @@ def steps_to_detect(rows: list[Mapping[str, float]], rise: float, level: float, 
     return 4 * max(1, math.ceil(2 * (spread / rise) ** 2))
 
 
-def rise_section(histories: Mapping, level: float, power: float, rise: float) -> list[str]:
+REPLAYED = " (replayed)"  # a run's steps whose last quarter replayed its first
+
+
+def rise_section(histories: Mapping, level: float, power: float, rise: float, revisit: int = 0) -> list[str]:
     """Per run: its reward in the first and last quarter of steps, the rise's noise, the rise it could detect and
     the steps it would need to detect `rise`, the steps with no informative group (every group's rewards equal:
-    nothing to learn from), and dev F1 at the start and at its last score."""
+    nothing to learn from), and dev F1 at the start and at its last score. A run whose last quarter replayed its
+    first (`train.grpo.revisit` a quarter of its steps) has no draw noise: the same questions, the same random
+    numbers."""
     lines = [
         "## Did the training reward rise?",
         "",
@@ -452,6 +457,16 @@ def rise_section(histories: Mapping, level: float, power: float, rise: float) ->
         "Steps with no informative group had equal rewards in every "
         "group: GRPO learns nothing from them. Dev F1: the held-out training questions, greedy, at the start and "
         "at the last dev score.",
+        *(
+            [
+                "",
+                f"Runs marked *replayed* drew their first quarter's questions and random numbers again in their last "
+                f"quarter (`train.grpo.revisit` {revisit}): their rise is the policy's change on those questions (a "
+                "policy that did not change scores the same), so no draw noise applies to it.",
+            ]
+            if revisit
+            else []
+        ),
         "",
         "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | noise | detectable "
         f"| steps for +{rise:.2f} | steps with no informative group | dev F1 start -> end |",
@@ -461,15 +476,17 @@ def rise_section(histories: Mapping, level: float, power: float, rise: float) ->
         for arm, seeds in runs.items():
             for seed, rows in seeds.items():
                 first, last = reward_rise(rows)
-                noise = rise_noise(rows)
+                replayed = bool(revisit) and revisit == _rewards_and_quarter(rows)[1]
+                noise = None if replayed else rise_noise(rows)
                 detectable = None if noise is None else minimum_detectable_difference(noise, level=level, power=power)
-                needed = steps_to_detect(rows, rise, level, power)
+                needed = None if replayed else steps_to_detect(rows, rise, level, power)
                 needed_text = "-" if needed is None else f"{needed:,}"
                 idle = sum(1 for row in rows if not row.get("informative_groups"))
                 dev = dev_points(rows)
                 dev_text = f"{dev[0][2]:.2f} -> {dev[-1][2]:.2f}" if dev else "-"
+                steps = f"{len(rows)}{REPLAYED if replayed else ''}"
                 lines.append(
-                    f"| {backbone} | {arm} | {seed} | {len(rows)} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
+                    f"| {backbone} | {arm} | {seed} | {steps} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
                     f"| {_number(noise)} | {_number(detectable)} | {needed_text} | {idle} | {dev_text} |"
                 )
     return lines + [""]
@@ -653,7 +670,8 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + gains_section(result)
-    lines += rise_section(histories, result["level"], result["power"], result["rise"]) + spending_section(result)
+    lines += rise_section(histories, result["level"], result["power"], result["rise"], result.get("revisit", 0))
+    lines += spending_section(result)
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):

@@ -182,9 +182,12 @@ PLAIN = Phases()
 
 def ends_run(cfg: Config, progress: Progress, metrics: dict[str, float], seconds: float, step: int) -> bool:
     """Whether the step that logged `metrics` in `seconds` is the run's last: the horizon, or every budget cut once
-    its spending counts (the dev split is scored there too, so the curve ends where the run does)."""
+    its spending counts (the dev split is scored there too, so the curve ends where the run does). Under
+    `train.grpo.revisit` only the horizon: the batches that replay the first ones are the last."""
     if step == cfg.train.grpo.steps:
         return True
+    if cfg.train.grpo.revisit:
+        return False
     spent = spending([*progress.history, metrics], progress.wall_seconds + seconds)
     return all(name in progress.cuts or budget.reached(spent) for name, budget in cfg.budgets.items())
 
@@ -276,12 +279,14 @@ def run_steps(
     log: Callable[[str], None] | None = None,
     memo: Path | None = None,
 ) -> None:
-    """Step until every budget is cut or `grpo.steps` is reached; only the main process writes. `log` gets a
-    line per step; `memo` is where the start's dev scores are shared between cells (`start_scores`)."""
+    """Step until every budget is cut (under `revisit`, on to the replayed batches) or `grpo.steps` is reached;
+    only the main process writes. `log` gets a line per step; `memo` is where the start's dev scores are shared
+    between cells (`start_scores`)."""
     start = start_scores(trainer, memo) if not progress.history else {}  # kept in the first step's row
     if start:
         tracker.log_metrics(start, step=0)
-    while len(progress.cuts) < len(cfg.budgets) and trainer.step < cfg.train.grpo.steps:
+    g = cfg.train.grpo
+    while (len(progress.cuts) < len(cfg.budgets) or g.revisit) and trainer.step < g.steps:
         started = time.perf_counter()
         episodes = phases.rollout(trainer)
         metrics = phases.update(trainer, episodes, phases.reward(trainer, episodes))
@@ -300,10 +305,9 @@ def run_steps(
         progress.wall_seconds += timing["step_seconds"]
         tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
         if log:
-            g = cfg.train.grpo
             log(step_line(trainer.step, g.steps, g.group_size, metrics, timing["step_seconds"]))
         _stop_if_diverged(cfg, metrics, progress.history, trainer.step, state, trainer.world.is_main)
-        cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == cfg.train.grpo.steps)
+        cut_reached_budgets(cfg, trainer, progress, state, final=trainer.step == g.steps)
         all_cut = len(progress.cuts) == len(cfg.budgets)
         if trainer.world.is_main and (trainer.step % cfg.train.grpo.checkpoint_every == 0 or all_cut):
             phases.checkpoint(trainer, state, progress, key)
