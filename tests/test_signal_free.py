@@ -506,6 +506,23 @@ def test_revisit_plays_the_first_batches_again_at_the_end_and_an_unchanged_polic
         load_config(write_params(tmp_path, {"train": {"grpo": {"steps": 6, "revisit": 4}}}))
 
 
+def test_a_revisit_run_goes_on_past_its_last_budget_cut_to_the_replayed_batches(tiny_backbone, tmp_path):
+    """Every budget is cut at step 1, which ends a run; under `revisit` it goes on to `steps`, whose last batch is
+    the replay of the first."""
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    budgets = {"equal_steps": {"steps": 1}, "equal_tokens": {"trained_tokens": 1}}
+    for revisit, rows in ((0, 1), (1, 3)):
+        trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"steps": 3, "revisit": revisit}, budgets=budgets)
+        progress = Progress([])
+        signal = Phases(reward=lambda trainer, episodes: SIGNAL)
+        run_steps(trainer.cfg, trainer, progress, tmp_path / f"state{revisit}", KEY, signal, NullTracker())
+        assert [row["step"] for row in progress.history] == list(range(1, rows + 1))
+        assert {cut["step"] for cut in progress.cuts.values()} == {1}
+
+
 @pytest.mark.parametrize("frozen_roles", ["greedy", "sampled"])
 def test_frozen_roles_play_greedily_in_rollouts_when_asked_and_trained_ones_still_sample(
     tiny_backbone, tmp_path, frozen_roles
