@@ -226,6 +226,54 @@ def test_a_tracking_server_is_one_that_answers_mlflows_api(tmp_path):
         check_reachable("postgresql+psycopg2://u:pw@db/m")  # was: MLflow's traceback after the stage's work
 
 
+class _MlflowFailing(_MlflowLike):
+    """Passes the check (`_MlflowLike`), then answers MLflow's requests 500 (a store that fails behind it)."""
+
+    def do_POST(self) -> None:
+        self.send_error(500)
+
+
+class _MlflowWantsLogin(_MlflowLike):
+    """An MLflow behind a login: 401 to everything."""
+
+    def do_GET(self) -> None:
+        self.send_error(401)
+
+
+@pytest.mark.parametrize(
+    ("handler", "says"),
+    [
+        (
+            _MlflowFailing,
+            r"refused a request: API request to http://u:\*\*\*@127.0.0.1:\d+/api/2.0/mlflow/experiments/",
+        ),
+        (_MlflowWantsLogin, r"refused a request \(set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD\)"),
+    ],
+)
+def test_a_tracking_server_that_fails_or_refuses_a_request_is_named_not_a_traceback(monkeypatch, handler, says):
+    """A server that passes the check but answers MLflow's requests with an error: MLflow's exception and
+    traceback (the stage's outputs already written, for evaluate); now a TrackingError naming the URI."""
+    import mlflow
+
+    from centralrl.config import TrackingConfig
+    from centralrl.errors import TrackingError
+    from centralrl.tracking import open_tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://u:pw@127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(
+            TrackingError, match=rf"^tracking.uri http://u:\*\*\*@127.0.0.1:\d+: the server failed or {says}"
+        ):
+            open_tracker(TrackingConfig(uri=uri, experiment="centralrl", system_metrics=False))
+    finally:
+        mlflow.set_tracking_uri(None)
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
