@@ -298,6 +298,45 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
     assert says in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        (None, r"admin/version answered HTTP 500"),  # a proxy's error page: "Failed to reach API", a traceback
+        ("true", r"admin/version answered no Prefect version \(b'true'\)"),  # was pydantic's "Invalid version"
+        ('"2.20.2"', r"it serves Prefect 2.20.2, this client is Prefect \d+\.\S+: the major versions must match"),
+    ],
+)
+def test_a_prefect_api_url_where_another_server_answers_is_named(version, says):
+    """A server at PREFECT_API_URL that answers /health but not as Prefect's API (another service's port, an
+    error page, another major version): Prefect's client failed with a traceback as the flow started."""
+    from importlib.metadata import version as installed
+
+    from centralrl.services import ServiceError, check_prefect_api
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = (version or "").encode()
+            self.send_response(200 if version and self.path.endswith("/admin/version") else 500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    try:
+        with pytest.raises(ServiceError, match=rf"^PREFECT_API_URL={url}: a server answers /health there, .*{says}"):
+            check_prefect_api(url)
+        version = json.dumps(installed("prefect"))
+        check_prefect_api(url)  # the same server serving this Prefect's version passes
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
 
 
