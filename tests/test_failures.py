@@ -337,6 +337,46 @@ def test_a_prefect_api_url_where_another_server_answers_is_named(version, says):
         server.server_close()
 
 
+class _PrefectFailing(http.server.BaseHTTPRequestHandler):
+    """Passes the stage's check (/health, this Prefect's admin/version), then fails every request 500."""
+
+    def do_GET(self) -> None:
+        from importlib.metadata import version
+
+        answers = {"/api/health": "true", "/api/admin/version": json.dumps(version("prefect"))}
+        body = answers.get(self.path, '{"detail": "database is locked"}').encode()
+        self.send_response(200 if self.path in answers else 500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PATCH = do_PUT = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_prefect_api_that_fails_while_a_stage_runs_is_named_in_one_line(tmp_path):
+    """A Prefect server that answers the check, then fails (or stops answering) while the stage runs: Prefect's
+    traceback (PrefectHTTPStatusError, httpx.ConnectError) after the stage's work; now one line naming it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PrefectFailing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    params = write_params(tmp_path)
+    index = ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"]
+    env = os.environ | project_pythonpath() | {"PREFECT_API_URL": url, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "stages.build_index", "--params", str(params), *index]
+    try:
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    says = f"build_index: error: PREFECT_API_URL={url}: the Prefect server stopped answering or failed a request"
+    assert says in done.stderr and "500 Internal Server Error" in done.stderr
+
+
 EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]
 
 

@@ -619,6 +619,25 @@ def check_prefect_api(url: str, timeout: float = 5.0) -> None:
         )
 
 
+def prefect_request_failed(error: BaseException, url: str) -> str | None:
+    """What went wrong when `error` is Prefect's HTTP client failing a request to the Prefect API at `url` (the
+    server stopped, or answered an error, while the stage ran), else None. Its traceback said nothing a user can
+    act on."""
+    httpx = sys.modules.get("httpx")  # Prefect's HTTP client, imported with Prefect
+    if httpx is None or not isinstance(error, httpx.HTTPError):
+        return None
+    try:
+        requested = str(error.request.url)
+    except RuntimeError:  # an error raised outside a request
+        return None
+    if not requested.startswith(url.rstrip("/")):
+        return None
+    return (
+        f"PREFECT_API_URL={redact(url)}: the Prefect server stopped answering or failed a request while the stage "
+        f"ran ({type(error).__name__}: {redact(str(error))[:300]}); the outputs the stage finished before are kept"
+    )
+
+
 def folder_path(text: str) -> str:
     """A folder from the command line: one that exists, or that can still be made (nothing else in its way, the
     path itself or a folder above it, and a folder there that takes new files: /proc/x was a traceback); not
