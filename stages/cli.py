@@ -321,14 +321,24 @@ def _prefect(wanted: bool, prepare: Callable[[], None]):
         prepare()
         yield
         return
-    from centralrl.services import quiet_known_errors_in_prefect_logs, stage_prefect_server
+    from centralrl.services import (
+        ServiceError,
+        prefect_request_failed,
+        quiet_known_errors_in_prefect_logs,
+        stage_prefect_server,
+    )
 
     def get_ready() -> None:
         prepare()
         quiet_known_errors_in_prefect_logs()
 
-    with stage_prefect_server(meanwhile=get_ready):
-        yield
+    with stage_prefect_server(meanwhile=get_ready) as url:
+        try:
+            yield
+        except Exception as error:  # the server going (or failing) mid-stage: one line, not Prefect's traceback
+            if (failed := prefect_request_failed(error, url)) is None:
+                raise
+            raise ServiceError(failed) from None
 
 
 def describe_os_error(error: OSError) -> str:

@@ -25,7 +25,8 @@ words, no stemming), and a `match` on a field searches that field plus every fie
 Test hooks: `requests` records what arrived (method, path, lower-cased headers, body); `reject_ids` makes bulk
 items with those ids fail (standing in for a mapping conflict); `unavailable` answers every request 503;
 `answer_next` lists HTTP statuses (429 or 503) the next requests get, one each, instead of an answer;
-`busy_bulks` makes the next that many bulk requests reject every item with 429 (a full write queue).
+`busy_bulks` makes the next that many bulk requests reject every item with 429 (a full write queue); `garbled`
+answers every request with a body that is not JSON (a proxy's page in the cluster's clothes, a cut-off answer).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class FakeElasticsearch:
         self.unavailable = False
         self.answer_next: list[int] = []
         self.busy_bulks = 0
+        self.garbled = False
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -133,6 +135,7 @@ class FakeElasticsearch:
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 status, payload = fake.handle(self.command, self.path, headers, body)
                 data = b"" if payload is None else json.dumps(payload).encode()
+                data = b"<html>upstream sent an invalid response</html>" if fake.garbled else data
                 self.send_response(status)
                 self.send_header("X-Elastic-Product", "Elasticsearch")
                 self.send_header("Content-Type", CONTENT_TYPE)

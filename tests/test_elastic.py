@@ -263,6 +263,14 @@ def test_busy_or_unavailable_answers_are_retried(fake: FakeElasticsearch) -> Non
         index.health()
 
 
+def test_an_answer_that_is_not_json_is_named_not_a_traceback(fake: FakeElasticsearch) -> None:
+    index = make_index(fake.url)
+    fake.garbled = True
+    with pytest.raises(RetrievalError, match=r"127.0.0.1:\d+: checking cluster health got an answer that is not"):
+        index.health()
+    assert fake.paths() == ["GET /_cluster/health"]  # not retried: a page in place of the cluster stays there
+
+
 def test_bulk_items_rejected_as_busy_are_retried(fake: FakeElasticsearch) -> None:
     index = make_index(fake.url, bulk_chunk_size=5, backoff_seconds=0)
     fake.busy_bulks = 2

@@ -226,6 +226,54 @@ def test_a_tracking_server_is_one_that_answers_mlflows_api(tmp_path):
         check_reachable("postgresql+psycopg2://u:pw@db/m")  # was: MLflow's traceback after the stage's work
 
 
+class _MlflowFailing(_MlflowLike):
+    """Passes the check (`_MlflowLike`), then answers MLflow's requests 500 (a store that fails behind it)."""
+
+    def do_POST(self) -> None:
+        self.send_error(500)
+
+
+class _MlflowWantsLogin(_MlflowLike):
+    """An MLflow behind a login: 401 to everything."""
+
+    def do_GET(self) -> None:
+        self.send_error(401)
+
+
+@pytest.mark.parametrize(
+    ("handler", "says"),
+    [
+        (
+            _MlflowFailing,
+            r"refused a request: API request to http://u:\*\*\*@127.0.0.1:\d+/api/2.0/mlflow/experiments/",
+        ),
+        (_MlflowWantsLogin, r"refused a request \(set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD\)"),
+    ],
+)
+def test_a_tracking_server_that_fails_or_refuses_a_request_is_named_not_a_traceback(monkeypatch, handler, says):
+    """A server that passes the check but answers MLflow's requests with an error: MLflow's exception and
+    traceback (the stage's outputs already written, for evaluate); now a TrackingError naming the URI."""
+    import mlflow
+
+    from centralrl.config import TrackingConfig
+    from centralrl.errors import TrackingError
+    from centralrl.tracking import open_tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://u:pw@127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(
+            TrackingError, match=rf"^tracking.uri http://u:\*\*\*@127.0.0.1:\d+: the server failed or {says}"
+        ):
+            open_tracker(TrackingConfig(uri=uri, experiment="centralrl", system_metrics=False))
+    finally:
+        mlflow.set_tracking_uri(None)
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
@@ -248,6 +296,85 @@ def test_a_prefect_api_that_is_down_stops_a_flow_stage_naming_it(tmp_path, url, 
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"build_index: error: PREFECT_API_URL={url}"), done.stderr
     assert says in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        (None, r"admin/version answered HTTP 500"),  # a proxy's error page: "Failed to reach API", a traceback
+        ("true", r"admin/version answered no Prefect version \(b'true'\)"),  # was pydantic's "Invalid version"
+        ('"2.20.2"', r"it serves Prefect 2.20.2, this client is Prefect \d+\.\S+: the major versions must match"),
+    ],
+)
+def test_a_prefect_api_url_where_another_server_answers_is_named(version, says):
+    """A server at PREFECT_API_URL that answers /health but not as Prefect's API (another service's port, an
+    error page, another major version): Prefect's client failed with a traceback as the flow started."""
+    from importlib.metadata import version as installed
+
+    from centralrl.services import ServiceError, check_prefect_api
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = (version or "").encode()
+            self.send_response(200 if version and self.path.endswith("/admin/version") else 500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    try:
+        with pytest.raises(ServiceError, match=rf"^PREFECT_API_URL={url}: a server answers /health there, .*{says}"):
+            check_prefect_api(url)
+        version = json.dumps(installed("prefect"))
+        check_prefect_api(url)  # the same server serving this Prefect's version passes
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _PrefectFailing(http.server.BaseHTTPRequestHandler):
+    """Passes the stage's check (/health, this Prefect's admin/version), then fails every request 500."""
+
+    def do_GET(self) -> None:
+        from importlib.metadata import version
+
+        answers = {"/api/health": "true", "/api/admin/version": json.dumps(version("prefect"))}
+        body = answers.get(self.path, '{"detail": "database is locked"}').encode()
+        self.send_response(200 if self.path in answers else 500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PATCH = do_PUT = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_prefect_api_that_fails_while_a_stage_runs_is_named_in_one_line(tmp_path):
+    """A Prefect server that answers the check, then fails (or stops answering) while the stage runs: Prefect's
+    traceback (PrefectHTTPStatusError, httpx.ConnectError) after the stage's work; now one line naming it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PrefectFailing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    params = write_params(tmp_path)
+    index = ["--corpus", "c.jsonl", "--questions", "q.jsonl", "--index", "index", "--metrics", "r.json"]
+    env = os.environ | project_pythonpath() | {"PREFECT_API_URL": url, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "stages.build_index", "--params", str(params), *index]
+    try:
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    says = f"build_index: error: PREFECT_API_URL={url}: the Prefect server stopped answering or failed a request"
+    assert says in done.stderr and "500 Internal Server Error" in done.stderr
 
 
 EVALUATE_BASE = ["--backbone", "main", "--model", "m", "--index", "i", "--questions", "q.jsonl", "--reference", "base"]

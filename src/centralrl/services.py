@@ -567,9 +567,43 @@ def check_prefect_url(url: str) -> None:
         raise ServiceError(f"PREFECT_API_URL={redact(url)} is not an http(s) URL, e.g. http://127.0.0.1:4200/api")
 
 
+PREFECT_CLOUD = "https://api.prefect.cloud/"  # Prefect's client asks no version of its Cloud API
+
+
+def prefect_api_problem(url: str, timeout: float = 5.0) -> str | None:
+    """Why the server at PREFECT_API_URL `url` does not answer as a Prefect API this client can use, or None
+    when it does: a version of the same major as this Prefect's from GET admin/version (what Prefect's client
+    asks first), or 401/403 from a server that wants the credentials this probe does not send. Another web
+    server (the MLflow UI's port, a proxy's error page) answers /health too, and Prefect's client failed with a
+    traceback ("Failed to reach API", "Invalid version")."""
+    from importlib.metadata import version
+
+    if url.startswith(PREFECT_CLOUD):
+        return None
+    api = endpoint(url, "/admin/version")
+    try:
+        with urllib.request.urlopen(api, timeout=timeout) as answer:
+            body = answer.read()
+    except urllib.error.HTTPError as error:
+        return None if error.code in (401, 403) else f"GET {redact(api)} answered HTTP {error.code}"
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return f"GET {redact(api)}: {getattr(error, 'reason', error)}"
+    try:
+        served = json.loads(body)
+    except ValueError:
+        served = None
+    if not isinstance(served, str) or not re.fullmatch(r"\d+(\.\d+)*\S*", served):
+        return f"GET {redact(api)} answered no Prefect version ({body[:60]!r})"
+    client = version("prefect")
+    if served.split(".")[0] != client.split(".")[0]:
+        return f"it serves Prefect {served}, this client is Prefect {client}: the major versions must match"
+    return None
+
+
 def check_prefect_api(url: str, timeout: float = 5.0) -> None:
-    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL (`check_prefect_url`) or no
-    Prefect server answers there, instead of Prefect's traceback after its retries."""
+    """Raise `ServiceError` when PREFECT_API_URL (`url`) is not an http(s) URL (`check_prefect_url`), no
+    Prefect server answers there, or the server there is not a Prefect API this client can use
+    (`prefect_api_problem`), instead of Prefect's traceback after its retries."""
     check_prefect_url(url)
     reason = unanswered(url, timeout)
     if reason is not None:
@@ -577,6 +611,31 @@ def check_prefect_api(url: str, timeout: float = 5.0) -> None:
             f"PREFECT_API_URL={redact(url)}: no Prefect server answers ({reason}); start it (make ui), or unset "
             "PREFECT_API_URL and a temporary server of its own is started"
         )
+    if (problem := prefect_api_problem(url, timeout)) is not None:
+        raise ServiceError(
+            f"PREFECT_API_URL={redact(url)}: a server answers /health there, but not as a Prefect API this client "
+            f"can use ({problem}); check the host, port and /api path (make ui serves Prefect on 4200, MLflow on "
+            "5000), or unset PREFECT_API_URL and a temporary server of its own is started"
+        )
+
+
+def prefect_request_failed(error: BaseException, url: str) -> str | None:
+    """What went wrong when `error` is Prefect's HTTP client failing a request to the Prefect API at `url` (the
+    server stopped, or answered an error, while the stage ran), else None. Its traceback said nothing a user can
+    act on."""
+    httpx = sys.modules.get("httpx")  # Prefect's HTTP client, imported with Prefect
+    if httpx is None or not isinstance(error, httpx.HTTPError):
+        return None
+    try:
+        requested = str(error.request.url)
+    except RuntimeError:  # an error raised outside a request
+        return None
+    if not requested.startswith(url.rstrip("/")):
+        return None
+    return (
+        f"PREFECT_API_URL={redact(url)}: the Prefect server stopped answering or failed a request while the stage "
+        f"ran ({type(error).__name__}: {redact(str(error))[:300]}); the outputs the stage finished before are kept"
+    )
 
 
 def folder_path(text: str) -> str:

@@ -165,6 +165,11 @@ HTTP_RETRY_DEFAULTS = {
 }
 
 
+# how MLflow's HTTP client begins the error of a request the server failed (5xx after the retries, a timeout), or
+# answered with no JSON or with an error status outside MLflow's JSON (a proxy's page, an auth layer's 401)
+SERVER_FAILED = "API request to"
+
+
 @contextmanager
 def store_lock(uri: str) -> Iterator[None]:
     """Held by one process at a time for a local sqlite store (a `<store>.lock` file beside it); a no-op for others."""
@@ -206,21 +211,27 @@ class MlflowTracker:
 
     @contextmanager
     def _server_checked(self) -> Iterator[None]:
-        """MLflow's error as it is, unless the tracking server no longer answers: then a TrackingError naming it
-        (MLflow's own says "Max retries exceeded" in a wall of text)."""
+        """MLflow's error as it is, unless the tracking server no longer answers, or answers a request with an
+        error of its own (a 5xx after the retries, a page that is no JSON, 401 or 403: credentials): then a
+        TrackingError naming it (MLflow's own says "Max retries exceeded" in a wall of text, with a traceback)."""
         from sqlalchemy.exc import DBAPIError
 
         try:
             yield
         except DBAPIError as error:  # MLflow lets the database's own error through, with two tracebacks
             raise TrackingError(f"tracking.uri {redact(self.uri)}: the store failed: {error.orig}") from None
-        except self.mlflow.exceptions.MlflowException:
+        except self.mlflow.exceptions.MlflowException as error:
+            kept = "what the stage wrote before is kept, and a train stage resumes from its last checkpoint when rerun"
             try:
                 check_reachable(self.uri)
             except TrackingError as gone:
+                raise TrackingError(f"{gone} (it stopped answering while the stage ran; {kept})") from None
+            status = error.get_http_status_code()
+            if str(error.message).startswith(SERVER_FAILED) or status in (401, 403):
+                login = " (set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)" if status in (401, 403) else ""
                 raise TrackingError(
-                    f"{gone} (it stopped answering while the stage ran; what the stage wrote before is kept, and a "
-                    "train stage resumes from its last checkpoint when rerun)"
+                    f"tracking.uri {redact(self.uri)}: the server failed or refused a request{login}: "
+                    f"{redact(str(error.message))[:300]} ({kept})"
                 ) from None
             raise
 

@@ -21,12 +21,13 @@ How it matches bm25s:
 
 Retries: connection failures (refused, reset, DNS, timeout) and the answers of a busy or restarting cluster
 (HTTP 429, 502, 503, 504) are retried, `max_retries` times with `backoff_seconds` doubling; other API errors (a
-bad request, a missing index) and TLS errors are not, since retrying cannot fix them. The client's own retries
-are off. Bulk items rejected with 429 (es_rejected_execution_exception: the write queue is full) are retried,
-only those items, by the client's bulk helper with the same `max_retries` and backoff (its sleep, not the
-injectable one), which also retries a bulk request refused whole with 429 before this layer does. Exhausted
-retries raise `ServiceUnavailable` (a `RetrievalError` a caller may retry later); everything else raises
-`RetrievalError`. Bulk chunks are retried whole, which is safe because every action indexes by explicit `_id`.
+bad request, a missing index), TLS errors and answers that are not JSON are not, since retrying cannot fix
+them. The client's own retries are off. Bulk items rejected with 429 (es_rejected_execution_exception: the write
+queue is full) are retried, only those items, by the client's bulk helper with the same `max_retries` and
+backoff (its sleep, not the injectable one), which also retries a bulk request refused whole with 429 before this
+layer does. Exhausted retries raise `ServiceUnavailable` (a `RetrievalError` a caller may retry later);
+everything else raises `RetrievalError`. Bulk chunks are retried whole, which is safe because every action
+indexes by explicit `_id`.
 
 Credentials come from the environment only (ELASTIC_API_KEY, or ELASTIC_USERNAME and ELASTIC_PASSWORD;
 ELASTIC_CA_CERTS for a private CA), never from params.
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from elastic_transport import ConnectionError as TransportConnectionError
-from elastic_transport import ConnectionTimeout, TlsError
+from elastic_transport import ConnectionTimeout, SerializationError, TlsError
 from elasticsearch import ApiError, Elasticsearch
 from elasticsearch.helpers import streaming_bulk
 from tqdm import tqdm
@@ -226,6 +227,12 @@ class ElasticsearchIndex:
                 raise RetrievalError(
                     f"Elasticsearch at {url}: TLS failed during {what}: {error}. Check the https url, "
                     "ELASTIC_CA_CERTS and retrieval.elasticsearch.verify_certs"
+                ) from error
+            except SerializationError as error:  # a proxy's page, a cut-off body: not the cluster's JSON
+                raise RetrievalError(
+                    f"Elasticsearch at {url}: {what} got an answer that is not Elasticsearch's JSON "
+                    f"({str(error)[:300]}); check that retrieval.elasticsearch.url is the cluster's address and "
+                    "nothing in between answers for it"
                 ) from error
             except (TransportConnectionError, ConnectionTimeout) as error:
                 if attempt + 1 == attempts:
