@@ -462,7 +462,8 @@ def rise_section(histories: Mapping, level: float, power: float, rise: float, re
                 "",
                 f"Runs marked *replayed* drew their first quarter's questions and random numbers again in their last "
                 f"quarter (`train.grpo.revisit` {revisit}): their rise is the policy's change on those questions (a "
-                "policy that did not change scores the same), so no draw noise applies to it.",
+                "policy that did not change scores the same), so no draw noise applies to it; they were trained on "
+                "once, so what was learned of those very questions counts too.",
             ]
             if revisit
             else []
