@@ -192,6 +192,19 @@ def test_the_mde_of_the_sign_flip_test_by_hand():
     assert terms == pytest.approx((16 / 3, 18.75))
 
 
+def test_a_seed_averaged_difference_that_cancels_is_not_a_step_of_the_sign_flip_test():
+    # question 1: 100 better in seed 0, F1 0.8 and 0.2 worse (4 and 1 of 5 tokens) in seeds 1 and 2: averaged, 0
+    # in reals but -6e-15 in floats; question 2: 100 better in seed 0 only, D = 33.33, v = D / 2 = 16.67. The step
+    # is the mean |v| over the nonzero v: 16.67 (the residue counted as a difference halved it to 8.33)
+    from centralrl.metrics import f1
+
+    four, one = f1("b c d e f", ["b c d e z"]), f1("b v w x y", ["b c d e z"])
+    assert (four, one) == (0.8000000000000002, 0.20000000000000004)
+    a = [{"x": [100.0, 100.0]}, {"x": [0.0, 0.0]}, {"x": [0.0, 0.0]}]
+    b = [{"x": [0.0, 0.0]}, {"x": [100 * four, 0.0]}, {"x": [100 * one, 0.0]}]
+    assert sign_flip_terms(a, b) == pytest.approx((2.0, 100 / 6))
+
+
 @pytest.mark.parametrize("questions", [24, 40])
 def test_the_sign_flip_threshold_is_the_exact_tests_for_0_1_scores(questions):
     # P questions better and M worse by 100, the rest equal, in two benchmarks of one size: the sign-flip test is a
