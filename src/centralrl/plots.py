@@ -325,10 +325,11 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str, level: flo
 
 
 def markdown_to_html(markdown: str, title: str) -> str:
-    """A standalone HTML page of the markdown (CommonMark plus tables); relative image links are kept as written."""
+    """A standalone HTML page of the markdown (CommonMark plus tables, raw HTML shown as text, never run: a benchmark
+    named `<script>` is a name); relative image links are kept as written."""
     from markdown_it import MarkdownIt
 
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
     return (
         f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
         f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
