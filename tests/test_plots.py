@@ -9,12 +9,14 @@ from matplotlib.image import imread
 
 from centralrl.plots import (
     COLORS,
+    LABEL_CHARS,
     arm_colors,
     health_figure,
     markdown_to_html,
     plot_differences,
     plot_health,
     plot_score_vs_compute,
+    plot_text,
     plot_training_curves,
 )
 
@@ -191,6 +193,19 @@ def test_differences_forest(tmp_path):
     assert draw(rows, tmp_path / "90.png", level=0.9).read_bytes() != (tmp_path / "two.png").read_bytes()
 
 
+def test_benchmark_names_with_dollars_or_many_characters_are_drawn_as_written(tmp_path):
+    """Two `$` in a benchmark name made mathtext of it, and one that was no valid TeX stopped the compare stage; a
+    60-character name squeezed the forest plot's axes to a sliver: it is cut to LABEL_CHARS."""
+    long = "org_name/some_benchmark_dataset_name-distractor-validation-v2"
+    labels = ["$\\frac$ b", long, "macro"]
+    rows = [{"label": label, "group": "seed 0", "estimate": 1.0, "low": 0.0, "high": 2.0} for label in labels]
+    drawn = plot_differences(rows, tmp_path / "long.png", title="t", level=0.95).read_bytes()
+    cut = [dict(row, label=plot_text(long, LABEL_CHARS)) if row["label"] == long else row for row in rows]
+    assert plot_differences(cut, tmp_path / "cut.png", title="t", level=0.95).read_bytes() == drawn
+    history = {"joint": {0: [{"step": 1, "reward_mean": 0.1, "reward_mean.$\\frac$": 0.2}]}}
+    assert plot_training_curves(history, tmp_path / "training.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_markdown_to_html():
     page = markdown_to_html(
         "# Report\n\n| arm | f1 |\n|---|---:|\n| joint | 31.20 |\n\n![x](a.png)\n", title="Arms & seeds"
@@ -200,3 +215,5 @@ def test_markdown_to_html():
     assert "<title>Arms &amp; seeds</title>" in page
     assert "<table>" in page and "<td>joint</td>" in page
     assert '<img src="a.png" alt="x"' in page
+    # raw HTML is text, never run: a benchmark named <script> is a name
+    assert "<td>&lt;script&gt;x&lt;/script&gt;</td>" in markdown_to_html("| a |\n|---|\n| <script>x</script> |", "t")

@@ -1,13 +1,20 @@
 """The report's tables say what their numbers are: the trained steps each cut held, the verdict's MDE in the
-order its header names, its units and n, and how the movement table folds the seeds."""
+order its header names, its units and n, and how the movement table folds the seeds; names and texts from the data
+(benchmarks, questions, generations) render as written in the report and the transcripts."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from centralrl.compare import comparison
 from centralrl.config import load_config
-from centralrl.report import movement_section, spending_section, verdict_section
+from centralrl.evaluation import transcript
+from centralrl.harness.episodes import Episode, RoleCall
+from centralrl.plots import markdown_to_html
+from centralrl.report import benchmark_section, movement_section, spending_section, verdict_section
+from centralrl.schema import Question
 from conftest import write_params
 
 
@@ -27,8 +34,8 @@ def test_the_spending_table_shows_the_optimizer_steps_a_cut_held():
     assert "| main | equal_steps | joint | 0 | 8 | 7 | no | 80 | 2.4e+10 |" in table
 
 
-def _comparison(params, right: dict | None = None, questions: int = 40) -> dict:
-    """The compare stage's statistics on the seeds of `params`, each over `questions` questions in two benchmarks
+def _comparison(params, right: dict | None = None, questions: int = 40, benchmarks: str | list = "xy") -> dict:
+    """The compare stage's statistics on the seeds of `params`, each over `questions` questions in `benchmarks`
     (alternating): by default central_only right on every other question, joint on every fourth (`right`: arm ->
     whether it answers question i); central in seed 0 made 10 calls and changed 1, in seed 1 30 and 15."""
     cfg = load_config(params)
@@ -36,8 +43,8 @@ def _comparison(params, right: dict | None = None, questions: int = 40) -> dict:
     def records(right) -> list[dict]:
         scores = [float(right(i)) for i in range(questions)]
         return [
-            {"id": f"q{i:02d}", "benchmark": "xy"[i % 2], "question": "Who?", "golden_answers": ["Ann"]}
-            | {"f1": s, "acc": s, "em": s}
+            {"id": f"q{i:02d}", "benchmark": benchmarks[i % len(benchmarks)], "question": "Who?"}
+            | {"golden_answers": ["Ann"], "f1": s, "acc": s, "em": s}
             for i, s in enumerate(scores)
         ]
 
@@ -142,3 +149,41 @@ def test_a_cell_that_ended_short_of_its_budget_is_named_beside_the_verdict():
         "10, the run's last: it reached train.grpo.steps, its last rollout batch, first, so this seed compares at "
         "less than the budget.",
     ]
+
+
+def test_a_benchmark_name_with_a_pipe_html_or_a_newline_stays_in_its_cell_and_reads_as_written(tmp_path):
+    """A name with `|` split its row (the last column fell off), `<script>` ran in report.html and a newline ended
+    the row; ordinary names are written as before."""
+    names = ["a|b", "<script>alert(1)</script>", "x &amp; `y`", "two\nlines", "hotpotqa"]
+    result = _comparison(write_params(tmp_path, {"seeds": [0]}), questions=10, benchmarks=names)
+    table = benchmark_section(result, "main", "equal_steps", "f1")[2:-1]
+    cells = [len(re.findall(r"(?<!\\)\|", row)) for row in table]
+    assert len(table) == 2 + len(names) + 1 and set(cells) == {cells[0]}  # header, rule, benchmarks, macro
+    assert any(row.startswith("| hotpotqa | 2 | ") for row in table)
+    page = markdown_to_html("\n".join(table), "t")
+    for name in ["a|b", "&lt;script&gt;alert(1)&lt;/script&gt;", "x &amp;amp; `y`", "two\u23celines"]:
+        assert f"<td>{name}</td>" in page
+    assert "<script>" not in page
+
+
+def test_a_transcript_keeps_its_structure_whatever_the_question_answers_and_generations_hold():
+    """A newline in a question made a heading of its next line, a backtick in a generation ended its code span and a
+    fence swallowed the rest of the transcript; a plain episode reads as before."""
+    question = Question("q1", "Who? | <b>x</b>\n# no heading", ("A|B", "C"), "synth-1hop", "test")
+    episode = Episode(question, prediction="`A`\n\n## no heading")
+    for turn, text in enumerate(["```py\nx = `y`\n```", "<search>Who?</search>"]):
+        episode.calls.append(RoleCall("central", None, turn, (1,), (2,), (0.0,), text, True))
+    lines = transcript(episode).splitlines()
+    assert lines == [
+        "### q1 (synth-1hop)",
+        "**Question:** Who? \\| \\<b>x\\</b>\u23ce# no heading",
+        "**Golden:** A\\|B | C",
+        "",
+        "- turn 0, **central**: ```` ```py\u23cex = `y`\u23ce``` ````",
+        "- turn 1, **central**: `<search>Who?</search>`",
+        "",
+        "**Prediction:** \\`A\\`\u23ce\u23ce## no heading; cut at the turn limit: False",
+    ]
+    page = markdown_to_html("\n".join(lines), "t")
+    assert page.count("<h3>") == 1 and "<h1>" not in page and "<h2>" not in page and "<pre>" not in page
+    assert "<code>```py\u23cex = `y`\u23ce```</code>" in page and "&lt;b&gt;x&lt;/b&gt;" in page

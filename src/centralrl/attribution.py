@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, DataError
-from centralrl.io import out_file_problem, read_jsonl, write_json
+from centralrl.io import markdown_text, out_file_problem, read_jsonl, write_json
 from centralrl.metrics import SPECIAL_ANSWERS, acc, normalize_answer
 from centralrl.processes import exit_with
 from centralrl.schema import read_passages
@@ -128,6 +128,7 @@ def markdown(tables: Mapping[str, Mapping[str, int]]) -> str:
     for name, table in tables.items():
         wrong = table["questions"] - table["right"]
         cells = [f"{table[p]} ({table[p] / wrong:.0%})" if wrong else "0" for p in PLACES]
+        name = markdown_text(name)
         lines.append(f"| {name} | {table['questions']} | {table['right']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

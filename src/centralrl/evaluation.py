@@ -24,7 +24,7 @@ from centralrl.compute import ModelShape
 from centralrl.config import EVALUATED_CELL_FILE, Config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.harness.episodes import Episode
-from centralrl.io import atomic_write, write_json, write_jsonl
+from centralrl.io import atomic_write, markdown_code, markdown_text, write_json, write_jsonl
 from centralrl.metrics import METRICS
 from centralrl.models.backbone import content_sha256
 
@@ -82,6 +82,7 @@ def markdown_table(table: dict) -> str:
     for name, row in table.items():
         if name == "macro":
             continue
+        name = markdown_text(name)
         lines.append(
             f"| {name} | {row['questions']} | {100 * row['em']:.2f} | {100 * row['f1']:.2f} | {100 * row['acc']:.2f} "
             f"| {row['mean_turns']:.2f} | {row['cut_at_turn_limit_rate']:.2f} "
@@ -96,19 +97,21 @@ def markdown_table(table: dict) -> str:
 
 
 def transcript(episode: Episode) -> str:
-    """A readable account of one episode: every role call's generated text, in order."""
+    """A readable account of one episode: every role call's generated text, in order (the data as written, each on
+    its line: `io.markdown_text`, `io.markdown_code`)."""
     q = episode.question
     lines = [
-        f"### {q.id} ({q.benchmark})",
-        f"**Question:** {q.question}",
-        f"**Golden:** {' | '.join(q.golden_answers)}",
+        f"### {markdown_text(q.id)} ({markdown_text(q.benchmark)})",
+        f"**Question:** {markdown_text(q.question)}",
+        f"**Golden:** {' | '.join(map(markdown_text, q.golden_answers))}",
         "",
     ]
     for call in episode.calls:
         flag = "" if call.valid else " (invalid)"
-        lines.append(f"- turn {call.turn}, **{call.role}**{flag}: `{call.text.strip()}`")
+        lines.append(f"- turn {call.turn}, **{call.role}**{flag}: {markdown_code(call.text.strip())}")
     cut = episode.cut_at_turn_limit
-    lines.append(f"\n**Prediction:** {episode.prediction or '(none)'}; cut at the turn limit: {cut}\n")
+    prediction = markdown_text(episode.prediction) or "(none)"
+    lines.append(f"\n**Prediction:** {prediction}; cut at the turn limit: {cut}\n")
     return "\n".join(lines)
 
 

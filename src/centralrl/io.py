@@ -7,7 +7,8 @@ stage never leaves a half-written file for DVC to hash or a half-written checkpo
 `atomic_files` writes several outputs to temporaries and replaces them only once all are complete. A
 temporary whose writer process is gone (killed by SIGKILL mid-write) is removed by the next write into the
 same folder. `scratch_folder` names a process's own folder in the system temp folder the same way, so the next
-one removes what a killed process left there (a stage's Prefect server logs).
+one removes what a killed process left there (a stage's Prefect server logs). `markdown_text` and
+`markdown_code` put data (questions, answers, generations, benchmark names) into the markdown outputs as written.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 # and where a folder refuses new entries: said of the output, not of the temporary name that met it
 UNCREATABLE = UNWRITABLE | {errno.EACCES, errno.EPERM}
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a JSON escape that decodes to a UTF-16 surrogate
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK_MARK = "\u23ce"  # ⏎: a line break of the data, on one markdown line
+MARKDOWN_ACTIVE = re.compile(r"[\\`|<]|&(?=#?\w+;)")  # what markdown would act on inside a line of text
 
 
 def _temporary_prefix(target: Path) -> str:
@@ -266,6 +270,32 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def markdown_text(text: str) -> str:
+    """`text` as markdown that renders as written on one line, a table cell included: each line break as ⏎ (a
+    newline ends a table row and can start a heading or a list), and a backslash before what markdown would act on
+    (`|` splits a table cell, a backtick opens code, `<` raw HTML, `&name;` an entity, `\\` an escape). Other
+    text is returned unchanged.
+
+    >>> markdown_text("Who wrote Dune?"), markdown_text("a|b <b>c</b> &amp; `d`\\n# e")
+    ('Who wrote Dune?', 'a\\\\|b \\\\<b>c\\\\</b> \\\\&amp; \\\\`d\\\\`⏎# e')
+    """
+    return MARKDOWN_ACTIVE.sub(r"\\\g<0>", LINE_BREAK.sub(LINE_BREAK_MARK, text))
+
+
+def markdown_code(text: str) -> str:
+    """`text` as one markdown code span: each line break as ⏎ (a blank line ends a span, and what follows renders
+    as markdown), fenced by one backtick more than its longest run of them, so none inside ends it (a space
+    inside the fence where the text starts or ends with one).
+
+    >>> markdown_code("<search>x</search>"), markdown_code("```py\\nx = `y`\\n```")
+    ('`<search>x</search>`', '```` ```py⏎x = `y`⏎``` ````')
+    """
+    text = LINE_BREAK.sub(LINE_BREAK_MARK, text)
+    fence = "`" * (1 + max(map(len, re.findall("`+", text)), default=0))
+    pad = " " if text[:1] == "`" or text[-1:] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def dumps(obj: Any) -> str:

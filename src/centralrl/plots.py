@@ -30,6 +30,7 @@ LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 FLOPS_LABEL = "training FLOPs (estimated)"
 DIFFERENCE_LABEL = "difference (first arm minus second), {level:.0%} CI"
+LABEL_CHARS = 32  # a forest plot's row label (a benchmark name) past this is cut: the report's tables have it whole
 
 CSS = (
     "body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; "
@@ -103,10 +104,23 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
+def plot_text(text: str, chars: int | None = None) -> str:
+    """`text` that holds names from the data (benchmarks) as matplotlib draws it as written: each `$` escaped (two
+    made mathtext of what lay between them, and a name that was no valid TeX stopped the compare stage), cut to
+    `chars` with "…" where it is longer (a 60-character name squeezed the forest plot's axes).
+
+    >>> plot_text("reward_mean.synth-1hop"), plot_text("cost $5 or $6"), plot_text("a" * 40, 8)
+    ('reward_mean.synth-1hop', 'cost \\\\$5 or \\\\$6', 'aaaaaaa…')
+    """
+    if chars is not None and len(text) > chars:
+        text = text[: chars - 1] + "…"
+    return text.replace("$", r"\$")
+
+
 def _finish(ax: Axes, title: str, xlabel: str, ylabel: str, handles: Sequence[Line2D] | None = None) -> None:
-    ax.set_title(title)
+    ax.set_title(plot_text(title))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(plot_text(ylabel))
     ax.grid(True, alpha=0.3)
     if handles is None:
         handles = ax.get_legend_handles_labels()[0]
@@ -318,17 +332,18 @@ def plot_differences(rows: Sequence[Mapping], path: Path, title: str, level: flo
             label=group,
         )
     ax.axvline(0, color="black", linewidth=1)
-    ax.set_yticks(range(len(labels)), labels)
+    ax.set_yticks(range(len(labels)), [plot_text(label, LABEL_CHARS) for label in labels])
     ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
     _finish(ax, title, DIFFERENCE_LABEL.format(level=level), "")
     return _save(figure, path)
 
 
 def markdown_to_html(markdown: str, title: str) -> str:
-    """A standalone HTML page of the markdown (CommonMark plus tables); relative image links are kept as written."""
+    """A standalone HTML page of the markdown (CommonMark plus tables, raw HTML shown as text, never run: a benchmark
+    named `<script>` is a name); relative image links are kept as written."""
     from markdown_it import MarkdownIt
 
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
     return (
         f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
         f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{body}</body>\n</html>\n"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from centralrl.attribution import markdown
 from centralrl.compare import PUBLISHED, VERDICT_METRICS
+from centralrl.io import markdown_text
 from centralrl.plots import (
     dev_points,
     markdown_to_html,
@@ -581,7 +582,8 @@ def closed_book(data_counts: Mapping) -> list[str]:
 def _bench_label(result: dict, bench: str) -> str:
     if bench == "macro":
         return "**macro-average**"
-    return f"{bench} (closed-book)" if bench in result.get("closed_book", ()) else bench
+    closed = bench in result.get("closed_book", ())
+    return f"{markdown_text(bench)} (closed-book)" if closed else markdown_text(bench)
 
 
 def benchmark_section(result: dict, backbone: str, budget: str, metric: str) -> list[str]:
@@ -676,8 +678,9 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
     if result.get("closed_book"):
+        closed = ", ".join(map(markdown_text, result["closed_book"]))
         lines += [
-            f"Closed-book rows ({', '.join(result['closed_book'])}): no question of theirs has a supporting passage "
+            f"Closed-book rows ({closed}): no question of theirs has a supporting passage "
             "in the corpus, so they measure what the model knows, not what the harness finds.",
             "",
         ]
