@@ -42,6 +42,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from centralrl.errors import CentralRLError, TrackingError, is_known
@@ -511,22 +512,29 @@ def mlflow_api_problem(uri: str, timeout: float = 5.0) -> str | None:
     wants the credentials this probe does not send. Another web server (the Prefect UI's port, a proxy's page)
     answers /health too, and the stage failed after its work."""
     api = endpoint(uri, "/api/2.0/mlflow/experiments/get-by-name", {"experiment_name": "Default"})
+    answer = _get(api, timeout)
+    if isinstance(answer, str) or answer[0] in (401, 403):
+        return answer if isinstance(answer, str) else None
+    status, reply = answer
+    if isinstance(reply, dict) and ("experiment" in reply or "error_code" in reply):
+        return None
+    return f"GET {redact(api)} answered HTTP {status} without MLflow's JSON"
+
+
+def _get(api: str, timeout: float) -> tuple[int, Any] | str:
+    """GET `api`: its HTTP status (an error's too) and its body as JSON (None when it is not JSON), or why no
+    answer came."""
     try:
         with urllib.request.urlopen(api, timeout=timeout) as answer:
             status, body = answer.status, answer.read()
     except urllib.error.HTTPError as error:
-        if error.code in (401, 403):
-            return None
         status, body = error.code, error.read()
     except (urllib.error.URLError, OSError, ValueError) as error:
         return f"GET {redact(api)}: {getattr(error, 'reason', error)}"
     try:
-        reply = json.loads(body)
+        return status, json.loads(body)
     except ValueError:
-        reply = None
-    if isinstance(reply, dict) and ("experiment" in reply or "error_code" in reply):
-        return None
-    return f"GET {redact(api)} answered HTTP {status} without MLflow's JSON"
+        return status, None
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
@@ -581,19 +589,15 @@ def prefect_api_problem(url: str, timeout: float = 5.0) -> str | None:
     if url.startswith(PREFECT_CLOUD):
         return None
     api = endpoint(url, "/admin/version")
-    try:
-        with urllib.request.urlopen(api, timeout=timeout) as answer:
-            body = answer.read()
-    except urllib.error.HTTPError as error:
-        return None if error.code in (401, 403) else f"GET {redact(api)} answered HTTP {error.code}"
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        return f"GET {redact(api)}: {getattr(error, 'reason', error)}"
-    try:
-        served = json.loads(body)
-    except ValueError:
-        served = None
+    answer = _get(api, timeout)
+    if isinstance(answer, str) or answer[0] in (401, 403):
+        return answer if isinstance(answer, str) else None
+    status, served = answer
+    if status >= 400:
+        return f"GET {redact(api)} answered HTTP {status}"
     if not isinstance(served, str) or not re.fullmatch(r"\d+(\.\d+)*\S*", served):
-        return f"GET {redact(api)} answered no Prefect version ({body[:60]!r})"
+        shown = "no JSON" if served is None else json.dumps(served)[:60]
+        return f"GET {redact(api)} answered no Prefect version ({shown})"
     client = version("prefect")
     if served.split(".")[0] != client.split(".")[0]:
         return f"it serves Prefect {served}, this client is Prefect {client}: the major versions must match"
