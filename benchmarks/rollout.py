@@ -106,7 +106,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--n-eval", type=count, help="--old-vs-new: how many of them to evaluate (taken evenly; default 16)"
     )
     parser.add_argument("--seed", type=int, help="--old-vs-new: questions, LoRA init and sampling (default 0)")
-    parser.add_argument("--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json)")
+    parser.add_argument(
+        "--out", default=None, help="default benchmarks/results/rollout.json (rollout_speed.json with --old-vs-new)"
+    )
     return with_mode_defaults(parser, parser.parse_args(argv))
 
 
