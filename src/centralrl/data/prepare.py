@@ -1,7 +1,8 @@
 """Assemble every configured source into one dataset: questions by split, one deduplicated corpus.
 
 Checks that make a dataset trustworthy, each refusing with a message that names the offenders:
-question ids are unique; no evaluation question is also a training question (same id or the same
+question ids are unique; no evaluation question repeats another of its benchmark (the same normalized text and
+answers under another id); no evaluation question is also a training question (same id or the same
 normalized text; with `data.train_overlap: drop` the training copies are dropped instead, and counted: open-
 domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one
 passage id
@@ -92,6 +93,23 @@ def check_no_overlap(questions: list[Question]) -> None:
         raise DataError(
             f"{len(clashes)} evaluation question(s) also appear in training: {examples(clashes)}; "
             "remove them from one split (never train on a dev or test file), or set data.train_overlap: drop"
+        )
+
+
+def check_no_repeats(questions: list[Question]) -> None:
+    """Refuse an evaluation question that repeats another of its benchmark and split: the same normalized text and
+    the same normalized answers under another id would count twice in every score. The same text with other
+    answers is another question (PopQA asks "What is Will Smith's occupation?" of two people)."""
+    first: dict[tuple, str] = {}
+    repeats = []
+    for q in (q for q in questions if q.split != "train"):
+        key = (q.split, q.benchmark, normalize_answer(q.question), frozenset(map(normalize_answer, q.golden_answers)))
+        if first.setdefault(key, q.id) != q.id:
+            repeats.append(f"{q.id} = {first[key]}")
+    if repeats:
+        raise DataError(
+            f"{len(repeats)} evaluation question(s) repeat another of their benchmark, with the same answers: "
+            f"{examples(repeats)}; each would count twice in every score: remove one of each"
         )
 
 
@@ -187,6 +205,7 @@ def collect(data: DataConfig, base: Path) -> Dataset:
     if data.train_overlap == "drop":
         questions, dropped = drop_overlap(questions)
     check_no_overlap(questions)
+    check_no_repeats(questions)
     check_supporting_ids(questions, passages)
     if not any(q.split == "test" for q in questions):
         raise DataError("no evaluation questions: at least one source must have split 'test'")
