@@ -42,9 +42,12 @@ def test_a_training_copy_of_an_evaluation_question_is_refused_by_default(tmp_pat
         collect(DataConfig(root=str(tmp_path), questions=_sources(tmp_path)), tmp_path)
 
 
-def test_an_evaluation_question_repeated_with_its_answers_is_refused_and_one_with_other_answers_kept(tmp_path):
-    """Under another id, the same question and answers would count twice in every score; the same text with
-    other answers is another question (PopQA's two Will Smiths)."""
+def test_an_evaluation_question_repeated_with_its_answers_is_refused_or_dropped_and_one_with_other_answers_kept(
+    tmp_path,
+):
+    """Under another id, the same question and answers would count twice in every score (refused, or with
+    `data.repeated_questions: drop` the later copy dropped and counted); the same text with other answers is
+    another question (PopQA's two Will Smiths)."""
     rows = [
         {"id": "e1", "question": "What is Will Smith's occupation?", "answer": ["actor", "rapper"]},
         {"id": "e2", "question": "what is will smiths occupation", "answer": ["footballer"]},
@@ -55,6 +58,9 @@ def test_an_evaluation_question_repeated_with_its_answers_is_refused_and_one_wit
     write_jsonl(tmp_path / "test.jsonl", [*rows, {**rows[0], "id": "e3", "answer": ["Rapper", "actor"]}])
     with pytest.raises(DataError, match=r"1 evaluation question\(s\) repeat .*: 'popqa/e3 = popqa/e1'; each would"):
         collect(DataConfig(root=str(tmp_path), questions=[source]), tmp_path)
+    dropped = collect(DataConfig(root=str(tmp_path), questions=[source], repeated_questions="drop"), tmp_path)
+    assert [q.id for q in dropped.questions] == ["popqa/e1", "popqa/e2"]
+    assert counts(dropped)["evaluation_dropped_as_repeats"] == 1
 
 
 def test_drop_removes_the_training_copy_and_counts_it(tmp_path):

@@ -233,6 +233,12 @@ class DataConfig(Section):
         "prediction): refuse the dataset, or drop that answer and a question left with none (counted in "
         "metrics/data.json)",
     )
+    repeated_questions: Literal["refuse", "drop"] = Field(
+        "refuse",
+        description="an evaluation question that repeats another of its benchmark and split with the same answers "
+        "under another id (it would count twice): refuse the dataset, or drop the later copy (counted in "
+        "metrics/data.json)",
+    )
     max_question_chars: int = Field(
         2000,
         ge=1,

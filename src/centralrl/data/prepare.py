@@ -2,10 +2,10 @@
 
 Checks that make a dataset trustworthy, each refusing with a message that names the offenders:
 question ids are unique; no evaluation question repeats another of its benchmark (the same normalized text and
-answers under another id); no evaluation question is also a training question (same id or the same
-normalized text; with `data.train_overlap: drop` the training copies are dropped instead, and counted: open-
-domain train and test files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one
-passage id
+answers under another id; with `data.repeated_questions: drop` the later copies are dropped instead, and
+counted); no evaluation question is also a training question (same id or the same normalized text; with
+`data.train_overlap: drop` the training copies are dropped instead, and counted: open-domain train and test
+files can share questions, Lewis et al. 2021); every supporting passage id is in the corpus; one passage id
 never carries two texts. Inputs are bounded (`check_bounds`, per source, naming the file): no question longer
 than `data.max_question_chars` (it would fill the backbone's context), no passage longer than
 `data.max_passage_chars`, and no golden answer that normalizes to the empty string (every prediction would
@@ -41,6 +41,7 @@ class Dataset:
     passages: list[Passage]
     dropped_overlap: int | None = None  # training questions dropped as copies of evaluation ones (None: refused)
     dropped_answers: int | None = None  # golden answers dropped as empty after normalization (None: refused)
+    dropped_repeats: int | None = None  # evaluation questions dropped as repeats of another (None: refused)
 
     def split(self, name: str) -> list[Question]:
         return [q for q in self.questions if q.split == name]
@@ -96,20 +97,27 @@ def check_no_overlap(questions: list[Question]) -> None:
         )
 
 
-def check_no_repeats(questions: list[Question]) -> None:
-    """Refuse an evaluation question that repeats another of its benchmark and split: the same normalized text and
-    the same normalized answers under another id would count twice in every score. The same text with other
-    answers is another question (PopQA asks "What is Will Smith's occupation?" of two people)."""
+def repeated(questions: list[Question]) -> dict[str, str]:
+    """Evaluation question id -> the earlier one of its benchmark and split it repeats: the same normalized text
+    and the same normalized answers. The same text with other answers is another question (PopQA asks "What is
+    Will Smith's occupation?" of two people)."""
     first: dict[tuple, str] = {}
-    repeats = []
+    repeats = {}
     for q in (q for q in questions if q.split != "train"):
         key = (q.split, q.benchmark, normalize_answer(q.question), frozenset(map(normalize_answer, q.golden_answers)))
         if first.setdefault(key, q.id) != q.id:
-            repeats.append(f"{q.id} = {first[key]}")
+            repeats[q.id] = first[key]
+    return repeats
+
+
+def check_no_repeats(questions: list[Question]) -> None:
+    """Refuse an evaluation question that repeats another (`repeated`): it would count twice in every score."""
+    repeats = [f"{later} = {earlier}" for later, earlier in repeated(questions).items()]
     if repeats:
         raise DataError(
             f"{len(repeats)} evaluation question(s) repeat another of their benchmark, with the same answers: "
-            f"{examples(repeats)}; each would count twice in every score: remove one of each"
+            f"{examples(repeats)}; each would count twice in every score: remove one of each, or set "
+            "data.repeated_questions: drop"
         )
 
 
@@ -205,11 +213,15 @@ def collect(data: DataConfig, base: Path) -> Dataset:
     if data.train_overlap == "drop":
         questions, dropped = drop_overlap(questions)
     check_no_overlap(questions)
+    dropped_repeats = None
+    if data.repeated_questions == "drop":
+        repeats = repeated(questions)
+        questions, dropped_repeats = [q for q in questions if q.id not in repeats], len(repeats)
     check_no_repeats(questions)
     check_supporting_ids(questions, passages)
     if not any(q.split == "test" for q in questions):
         raise DataError("no evaluation questions: at least one source must have split 'test'")
-    return Dataset(questions, passages, dropped, dropped_answers)
+    return Dataset(questions, passages, dropped, dropped_answers, dropped_repeats)
 
 
 def counts(dataset: Dataset) -> dict:
@@ -226,6 +238,8 @@ def counts(dataset: Dataset) -> dict:
     dropped = {} if dataset.dropped_overlap is None else {"train_dropped_as_overlap": dataset.dropped_overlap}
     if dataset.dropped_answers is not None:
         dropped["golden_answers_dropped_as_empty"] = dataset.dropped_answers
+    if dataset.dropped_repeats is not None:
+        dropped["evaluation_dropped_as_repeats"] = dataset.dropped_repeats
     return {
         "corpus_passages": len(dataset.passages),
         **dropped,
