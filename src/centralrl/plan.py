@@ -138,9 +138,13 @@ def _matrix_keys(axes: dict[str, Any]) -> list[str]:
     return ["-".join(parts) for parts in itertools.product(*columns)]
 
 
+def _dvc_stages(dvc_yaml: Path) -> dict:
+    return (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+
+
 def stage_names(cfg: Config, dvc_yaml: Path) -> list[str]:
     """Every stage of `dvc_yaml` with its foreach / matrix expanded over the axes of `cfg`."""
-    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    stages = _dvc_stages(dvc_yaml)
     context = cfg.model_dump()
     names: list[str] = []
     for name, stage in stages.items():
@@ -154,9 +158,6 @@ def stage_names(cfg: Config, dvc_yaml: Path) -> list[str]:
     return names
 
 
-_ABSENT = object()
-
-
 def params_dvc_misses(params_file: Path, cfg: Config) -> str | None:
     """Which params the stages of the dvc.yaml beside `params_file` (a params.yaml) track that the file itself lacks,
     as an error, or None: a section left out of params.yaml loads as its defaults, but DVC refuses every stage
@@ -164,25 +165,25 @@ def params_dvc_misses(params_file: Path, cfg: Config) -> str | None:
     dvc_yaml = params_file.parent / "dvc.yaml"
     if params_file.name != "params.yaml" or not dvc_yaml.is_file():
         return None
-    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
     raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
     axes = {"${item}": cfg.backbones, "${item.backbone}": cfg.backbones, "${item.arm}": list(cfg.arms)}
     axes["${item.reference}"] = list(cfg.references)
     missing: list[str] = []
-    for key in (key for stage in stages.values() for key in stage.get("params", []) if isinstance(key, str)):
+    tracked = (key for stage in _dvc_stages(dvc_yaml).values() for key in stage.get("params", []))
+    for key in (key for key in tracked if isinstance(key, str)):  # not a {file: [keys]} of another params file
         names = [key]
-        for template, values in axes.items():
+        for template, values in axes.items():  # a foreach / matrix stage tracks its item's params
             names = (
                 [name.replace(template, str(value)) for name in names for value in values]
                 if template in key
                 else names
             )
         for name in names:
-            tree: Any = raw
-            for part in name.split("."):
-                tree = tree.get(part, _ABSENT) if isinstance(tree, dict) else _ABSENT
-            if tree is _ABSENT and name not in missing:
-                missing.append(name)
+            try:
+                _lookup(f"${{{name}}}", raw)
+            except (KeyError, TypeError):  # absent, or below a value that is no mapping
+                if name not in missing:
+                    missing.append(name)
     if not missing:
         return None
     return (
