@@ -12,7 +12,7 @@ import pytest
 
 from centralrl.config import RetrievalConfig
 from centralrl.errors import ConfigError, RetrievalError
-from centralrl.io import atomic_directory, read_json, write_jsonl
+from centralrl.io import atomic_directory, read_json, write_json, write_jsonl
 from centralrl.retrieval import build_index, open_retriever, save_index
 from centralrl.retrieval.bm25 import Bm25sIndex
 from centralrl.retrieval.recall import check_ks, recall_table
@@ -171,6 +171,17 @@ def test_a_damaged_index_is_named_before_any_search(tmp_path):
         "edited": (
             lambda f: write_jsonl(
                 f.with_name("passages.jsonl"), [{**p.to_json(), "text": "edited"} for p in PASSAGES]
+            ),
+            r"holds other passages than its manifest\.json recorded",
+        ),
+        # bm25s's own k1 (the stored scores' one) and the manifest's passage count: read by nothing after the build
+        "params.index.json": (
+            lambda f: f.write_text(f.read_text().replace('"k1": 1.2', '"k1": 2.0')),
+            r"built with \{'k1': 1\.2\}, its bm25s params\.index\.json has \{'k1': 2\.0\}",
+        ),
+        "count": (
+            lambda f: write_json(
+                f.with_name("manifest.json"), read_json(f.with_name("manifest.json")) | {"passages": 3}
             ),
             r"holds other passages than its manifest\.json recorded",
         ),

@@ -10,7 +10,8 @@ Elasticsearch a manifest naming the cluster index it filled, for hybrid one subd
 backend, the settings the index was built with (`index_settings`), the passage count and the corpus sha256
 (`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder, or the url, name and uuid of
 an Elasticsearch index. `open_retriever` refuses an index whose settings differ from the params (naming both
-sides), an Elasticsearch index recreated or changed since (another uuid or passage count), when given the corpus file,
+sides), one whose files disagree with its manifest (the passages' count or sha256, the k1 and b bm25s stored its
+scores with), an Elasticsearch index recreated or changed since (another uuid or passage count), when given the corpus file,
 one built over another corpus, and, when given questions, one that lacks their supporting passages.
 """
 
@@ -187,9 +188,11 @@ def _open(cfg: RetrievalConfig, directory: Path, corpus: str | Path | None) -> R
         wanted = {"corpus_sha256": corpus_file_sha256(corpus)}  # of the passages, whatever the file's JSON spacing
         _refuse_mismatch(manifest, wanted, directory, f"the corpus {corpus} has")
     if cfg.backend == "bm25s":
-        from centralrl.retrieval.bm25 import Bm25sIndex
+        from centralrl.retrieval.bm25 import SCORING_FILE, Bm25sIndex
 
-        return _recorded_passages(Bm25sIndex.load(directory, cfg.bm25s_backend), manifest, directory)
+        index = Bm25sIndex.load(directory, cfg.bm25s_backend)
+        _refuse_mismatch(manifest, index.scored_with, directory, f"its bm25s {SCORING_FILE} has")
+        return _recorded_passages(index, manifest, directory)
     if cfg.backend == "dense":
         return _recorded_passages(_open_dense(cfg, directory, manifest), manifest, directory)
     if cfg.backend == "hybrid":
@@ -198,9 +201,10 @@ def _open(cfg: RetrievalConfig, directory: Path, corpus: str | Path | None) -> R
 
 
 def _recorded_passages(index: Retriever, manifest: dict, directory: Path) -> Retriever:
-    """`index` when the passages it holds are those the manifest recorded: an edited passages file (same count) was
-    searched and its text shown to the roles without a word."""
-    if index.corpus_sha256 != manifest.get("corpus_sha256"):
+    """`index` when the passages it holds are those the manifest recorded, by count and sha256: an edited passages
+    file (same count) was searched and its text shown to the roles without a word."""
+    recorded = (manifest.get("passages"), manifest.get("corpus_sha256"))
+    if (len(index.passages), index.corpus_sha256) != recorded:
         raise RetrievalError(
             f"{directory}: holds other passages than its {MANIFEST} recorded (edited or damaged); rebuild it"
         )

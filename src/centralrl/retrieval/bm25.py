@@ -27,6 +27,7 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG: "Build
 
 PASSAGES_FILE = "passages.jsonl"
 SETTINGS_FILE = "centralrl_index.json"
+SCORING_FILE = "params.index.json"  # bm25s's own: k1, b, method, num_docs
 TIE_MARGIN = 8  # passages fetched past k, so that a tie at the cut is rarely searched again
 
 
@@ -119,6 +120,11 @@ class Bm25sIndex:
             counts = f"{saved} in {SETTINGS_FILE}, {indexed} indexed, {len(passages)} in {PASSAGES_FILE}"
             raise _damaged(directory, f"passages: {counts}")
         return cls(model, passages, stemming)
+
+    @property
+    def scored_with(self) -> dict:
+        """The k1 and b that bm25s recorded in SCORING_FILE (the stored scores were computed with them at build)."""
+        return {"k1": self.model.k1, "b": self.model.b}
 
     @property
     def corpus_sha256(self) -> str:
