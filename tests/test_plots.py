@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 from matplotlib.image import imread
@@ -204,6 +205,19 @@ def test_benchmark_names_with_dollars_or_many_characters_are_drawn_as_written(tm
     assert plot_differences(cut, tmp_path / "cut.png", title="t", level=0.95).read_bytes() == drawn
     history = {"joint": {0: [{"step": 1, "reward_mean": 0.1, "reward_mean.$\\frac$": 0.2}]}}
     assert plot_training_curves(history, tmp_path / "training.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_benchmark_names_the_font_cannot_draw_are_drawn_as_code_points(tmp_path):
+    """A CJK benchmark name drew as boxes (matplotlib's "Glyph missing from font" warning), so two such names looked
+    alike in a forest plot: each character the font lacks is drawn as its code point instead, without a warning."""
+    rows = [
+        {"label": label, "group": "seed 0", "estimate": 1.0, "low": 0.0, "high": 2.0} for label in ("中文", "日本")
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_differences(rows, tmp_path / "cjk.png", title="中文 minus 日本", level=0.95)
+        plot_training_curves({"joint": {0: [{"step": 1, "reward_mean.中文": 0.2}]}}, tmp_path / "training.png")
+    assert plot_text("中文") != plot_text("日本") and plot_text("qa é…") == "qa é…"
 
 
 def test_markdown_to_html():

@@ -13,6 +13,7 @@ colors after them, so a trained arm has the same color in every figure; every ma
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from collections.abc import Mapping, Sequence
@@ -104,14 +105,27 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
-def plot_text(text: str, chars: int | None = None) -> str:
-    """`text` that holds names from the data (benchmarks) as matplotlib draws it as written: each `$` escaped (two
-    made mathtext of what lay between them, and a name that was no valid TeX stopped the compare stage), cut to
-    `chars` with "…" where it is longer (a 60-character name squeezed the forest plot's axes).
+@functools.cache
+def _drawable() -> frozenset[int]:
+    """The code points the figures' font has a glyph for (matplotlib's default sans-serif, DejaVu Sans unless a
+    matplotlibrc names another)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
 
-    >>> plot_text("reward_mean.synth-1hop"), plot_text("cost $5 or $6"), plot_text("a" * 40, 8)
-    ('reward_mean.synth-1hop', 'cost \\\\$5 or \\\\$6', 'aaaaaaa…')
+    return frozenset(FT2Font(font_manager.findfont(font_manager.FontProperties())).get_charmap())
+
+
+def plot_text(text: str, chars: int | None = None) -> str:
+    """`text` that holds names from the data (benchmarks) as matplotlib draws it as written: each character the font
+    lacks as its code point `[U+4E2D]` (drawn, it was a box, and two CJK names looked alike), cut to `chars` with "…"
+    where it is longer (a 60-character name squeezed the forest plot's axes), each `$` escaped (two made mathtext of
+    what lay between them, and a name that was no valid TeX stopped the compare stage). The report's tables have
+    names whole.
+
+    >>> plot_text("reward_mean.synth-1hop"), plot_text("cost $5 or $6"), plot_text("a" * 40, 8), plot_text("中文 qa")
+    ('reward_mean.synth-1hop', 'cost \\\\$5 or \\\\$6', 'aaaaaaa…', '[U+4E2D][U+6587] qa')
     """
+    text = "".join(c if ord(c) in _drawable() or c == "\n" else f"[U+{ord(c):04X}]" for c in text)
     if chars is not None and len(text) > chars:
         text = text[: chars - 1] + "…"
     return text.replace("$", r"\$")
