@@ -168,7 +168,8 @@ def test_a_benchmark_name_with_a_pipe_html_or_a_newline_stays_in_its_cell_and_re
 
 def test_a_transcript_keeps_its_structure_whatever_the_question_answers_and_generations_hold():
     """A newline in a question made a heading of its next line, a backtick in a generation ended its code span and a
-    fence swallowed the rest of the transcript; a plain episode reads as before."""
+    fence swallowed the rest of the transcript, and golden answers joined by " | " read ambiguously once one held a
+    `|`; a plain episode reads as before."""
     question = Question("q1", "Who? | <b>x</b>\n# no heading", ("A|B", "C"), "synth-1hop", "test")
     episode = Episode(question, prediction="`A`\n\n## no heading")
     for turn, text in enumerate(["```py\nx = `y`\n```", "<search>Who?</search>"]):
@@ -177,7 +178,7 @@ def test_a_transcript_keeps_its_structure_whatever_the_question_answers_and_gene
     assert lines == [
         "### q1 (synth-1hop)",
         "**Question:** Who? \\| \\<b>x\\</b>\u23ce# no heading",
-        "**Golden:** A\\|B | C",
+        "**Golden:** `A|B`, `C`",
         "",
         "- turn 0, **central**: ```` ```py\u23cex = `y`\u23ce``` ````",
         "- turn 1, **central**: `<search>Who?</search>`",
@@ -187,3 +188,5 @@ def test_a_transcript_keeps_its_structure_whatever_the_question_answers_and_gene
     page = markdown_to_html("\n".join(lines), "t")
     assert page.count("<h3>") == 1 and "<h1>" not in page and "<h2>" not in page and "<pre>" not in page
     assert "<code>```py\u23cex = `y`\u23ce```</code>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    # two golden answers, one holding " | ": rendered, they were "A|B | C", which reads as three
+    assert "<strong>Golden:</strong> <code>A|B</code>, <code>C</code>" in page

@@ -103,7 +103,7 @@ def transcript(episode: Episode) -> str:
     lines = [
         f"### {markdown_text(q.id)} ({markdown_text(q.benchmark)})",
         f"**Question:** {markdown_text(q.question)}",
-        f"**Golden:** {' | '.join(map(markdown_text, q.golden_answers))}",
+        f"**Golden:** {', '.join(map(markdown_code, q.golden_answers))}",  # a span each: `A|B`, `C` is two answers
         "",
     ]
     for call in episode.calls:
