@@ -11,8 +11,8 @@ backend, the settings the index was built with (`index_settings`), the passage c
 (`base.corpus_sha256`), plus the dimension and weights digest of a dense encoder, or the url, name and uuid of
 an Elasticsearch index. `open_retriever` refuses an index whose settings differ from the params (naming both
 sides), one whose files disagree with its manifest (the passages' count or sha256, the k1 and b bm25s stored its
-scores with), an Elasticsearch index recreated or changed since (another uuid or passage count), when given the corpus file,
-one built over another corpus, and, when given questions, one that lacks their supporting passages.
+scores with), an Elasticsearch index recreated or changed since (another uuid or passage count), when given the
+corpus file, one built over another corpus, and, when given questions, one that lacks their supporting passages.
 """
 
 from __future__ import annotations
