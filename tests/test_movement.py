@@ -175,6 +175,38 @@ def test_the_report_says_central_against_central_only_of_the_seeds_whose_sub_age
     ]
 
 
+def test_the_report_says_when_a_seed_never_called_a_role(smoke_params):
+    """A central agent that stopped delegating (realqa's joint seed 0: sub-questions per episode 0.81 -> 0) left
+    its retrieval agent no test call; the movement table showed "-" and nothing said why."""
+    seeds = {
+        seed: {
+            role: {"calls": calls, "changed": 0, "changed_share": 0.0 if calls else None, "kl": 0.0 if calls else None}
+            for role, calls in zip(JOINT, counts, strict=True)
+        }
+        for seed, counts in {0: (10, 0, 10), 1: (20, 10, 10)}.items()
+    }
+    notes = movement_notes(
+        {
+            "backbones": {
+                "main": {
+                    "budgets": {
+                        "cut": {
+                            "movement": {
+                                "joint": arm_movement(load_config(smoke_params).arm("joint"), seeds, max_kl=2.0)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    )
+    uncalled = [line for line in notes if "never called" in line]
+    assert uncalled == [
+        "- main, cut, joint: in seed 0 the retrieval agent was never called on the test questions: that seed's "
+        "harness ran without it, and its movement is not measured."
+    ]
+
+
 def test_the_report_flags_a_final_policy_past_max_kl_which_the_training_guard_never_measures(smoke_params):
     """The guard measures the policy a step starts from, so the last update's policy is first measured by the
     evaluate stage: a trained role past `train.health.max_kl` there is named; a frozen one's KL is never checked."""

@@ -295,8 +295,9 @@ def _planning(power: Mapping) -> str:
 
 def movement_notes(result: dict) -> list[str]:
     """A sentence per arm and budget that did not move at all in some seed, per arm and budget whose trained
-    sub-agents changed no greedy output in some seed, and per trained role whose KL to the start passed
-    `train.health.max_kl` (the policy the last update made, which the training guard never measures)."""
+    sub-agents changed no greedy output in some seed, per trained role whose KL to the start passed
+    `train.health.max_kl` (the policy the last update made, which the training guard never measures), and per role
+    a seed never called on the test questions (a central agent that stopped delegating: its table cell is "-")."""
     lines = []
     for backbone, bb in result["backbones"].items():
         for budget, cut in bb["budgets"].items():
@@ -307,6 +308,13 @@ def movement_notes(result: dict) -> list[str]:
                     "train.health.max_kl**: the training guard estimates the KL (k3) on training samples of the "
                     "policy each measured step starts from, and never measures the one the last update made."
                     for past in moved["past_max_kl"]
+                ]
+                lines += [
+                    f"- {backbone}, {budget}, {arm}: in seed {seed} the {role} agent was never called on the test "
+                    "questions: that seed's harness ran without it, and its movement is not measured."
+                    for seed, roles in sorted(moved["seeds"].items(), key=lambda item: int(item[0]))
+                    for role, row in sorted(roles.items())
+                    if row["calls"] == 0
                 ]
                 if moved["still_seeds"]:
                     lines.append(
