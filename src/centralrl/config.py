@@ -782,7 +782,7 @@ class GrpoConfig(Section):
         "counts in the step's spending; 0: never",
     )
     revisit: int = Field(
-        0,
+        2,
         ge=0,
         description="the last `revisit` of the `steps` rollout batches draw the questions and sampling streams of the "
         "first `revisit` again, so the reward of the first and last quarter (revisit = steps / 4) is measured on the "
@@ -950,7 +950,7 @@ class WarmstartConfig(Section):
         "facts the question needs and the notes hold, then ask or conclude)",
     )
     follow_up_notes: bool = Field(
-        False,
+        True,
         description="a question of fewer hops than harness.max_turns also gets a conclusion trace whose notes end "
         "with a follow-up on its answer (another training question's hop that names it): the conclusion learns "
         "to answer from the note that answers the question, not from the last note",
