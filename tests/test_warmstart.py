@@ -335,6 +335,17 @@ def test_counted_plans_reach_the_stages_traces(stage_inputs, tiny_backbone):
     assert metrics["content_sha256"] != fixed["content_sha256"]
 
 
+def test_the_stage_adds_follow_up_notes_unless_params_turn_them_off(stage_inputs, tiny_backbone):
+    folder, params = stage_inputs
+    plain = write_params(folder / "plain", {"warmstart": {"questions": 4, "follow_up_notes": False}})
+    _, with_follow_ups = run_stage(folder, params, tiny_backbone, "start-follow-ups")
+    _, without = run_stage(folder, plain, tiny_backbone, "start-plain")
+    assert load_config(params).warmstart.follow_up_notes is True  # the default's setting
+    assert with_follow_ups["questions"] == without["questions"] == 4
+    assert with_follow_ups["traces"] > without["traces"]  # a 1-hop question's second conclusion trace
+    assert with_follow_ups["content_sha256"] != without["content_sha256"]
+
+
 def test_fewer_questions_than_asked_for_are_said_not_taken_silently(stage_inputs, tiny_backbone, capsys):
     folder, _ = stage_inputs
     lines = (folder / "train.jsonl").read_text().splitlines(keepends=True)
