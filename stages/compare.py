@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
-from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker
+from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker, replayed_rises
 from centralrl.config import EVALUATED_CELL_FILE, Config, load_config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
+from centralrl.rl.rewards import QUESTION_REWARDS
 from stages.cli import InputPath, run_stage, stage_parser
 
 RERUN_DATA = "is it prepare_data's for these records? rerun `dvc repro prepare_data`"
@@ -74,12 +75,17 @@ def _number(value: object, where: str, field: str, nullable: bool = False) -> No
 def checked_history_row(row: dict, where: str) -> dict:
     """A training history row holding what the report reads: a numeric `step` and `reward_mean` (never below 0:
     a metric plus `train.reward.format_weight` >= 0), and `spent.flops` (the dev curve's x) and finite dev scores
-    in a row where the dev split was scored."""
+    in a row where the dev split was scored; its per-question rewards, where it has them, numbers."""
     dev = [key for key in row if key.startswith("dev.")]
     for key in ["step", "reward_mean", *dev] + (["spent.flops"] if dev else []):
         _number(row.get(key), where, key)
     if row["reward_mean"] < 0:
         raise DataError(f"{where}: field 'reward_mean' must be a reward, never below 0, got {row['reward_mean']!r}")
+    rewards = row.get(QUESTION_REWARDS, {})
+    if not isinstance(rewards, dict):
+        raise DataError(f"{where}: field {QUESTION_REWARDS!r} must map question ids to rewards, got {rewards!r}"[:300])
+    for question, reward in rewards.items():
+        _number(reward, where, f"{QUESTION_REWARDS}.{question}")
     return row
 
 
@@ -369,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     counts = _data_counts(args.data, records)  # before the statistics: a bad file fails in seconds
     result = comparison(cfg, records, references, cuts, movement)
     result["lost"] = lost_answers(cfg, records, references, shown_passages(args.corpus, cfg.harness.passage_chars))
+    rises = replayed_rises(cfg, histories)
+    if rises:
+        result["replayed_rises"] = rises
     if counts is not None:
         result["closed_book"] = closed_book(counts)
     with atomic_directory(args.report) as tmp:  # the metrics only once the report is whole: they never disagree

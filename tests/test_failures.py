@@ -828,6 +828,8 @@ def test_cells_that_answer_one_id_as_two_questions_are_refused(change):
         ({"step": 1, "reward_mean": -5}, "'reward_mean' must be a reward, never below 0, got -5"),
         ({"step": 2, "reward_mean": 0.5, "dev.f1": 0.3}, "'spent.flops' must be a finite number, got None"),
         ({"step": 2, "reward_mean": 0.5, "dev.f1": float("nan"), "spent.flops": 1.0}, "'dev.f1' must be a finite"),
+        ({"step": 1, "reward_mean": 0.5, "question_rewards": [0.5]}, "'question_rewards' must map question ids to"),
+        ({"step": 1, "reward_mean": 0.5, "question_rewards": {"q1": "x"}}, "'question_rewards.q1' must be a finite"),
     ],
 )
 def test_a_history_row_the_report_cannot_read_is_named(row, named):

@@ -523,6 +523,36 @@ def test_a_revisit_run_goes_on_past_its_last_budget_cut_to_the_replayed_batches(
         assert {cut["step"] for cut in progress.cuts.values()} == {1}
 
 
+def test_a_replayed_runs_rise_is_paired_by_question_from_the_historys_per_question_rewards(tiny_backbone, tmp_path):
+    """Every history row holds each question's group reward (their mean is the step's reward); a run whose last
+    quarter replayed its first pairs them by question: the rise, its sign-flip p and its standard error."""
+    from centralrl.compare import replayed_rise
+    from centralrl.rl.checkpoint import Progress
+    from centralrl.rl.rewards import QUESTION_REWARDS
+    from centralrl.rl.run import Phases, run_steps
+    from centralrl.tracking import NullTracker
+
+    trainer = _trainer(tiny_backbone, tmp_path, ["conclusion"], {"steps": 4, "revisit": 1})
+    later = SIGNAL + torch.tensor([[0.0] * 4, [0.25] * 4])  # the second question's group scores 0.25 more
+
+    def reward(trainer, episodes):
+        return later if trainer.step == 3 else SIGNAL  # the replay of step 1 (trainer.step counts those done)
+
+    progress = Progress([])
+    run_steps(trainer.cfg, trainer, progress, tmp_path / "state", KEY, Phases(reward=reward), NullTracker())
+    rows = progress.history
+    assert len(rows) == 4 and all(len(row[QUESTION_REWARDS]) == 2 for row in rows)
+    assert all(sum(row[QUESTION_REWARDS].values()) / 2 == pytest.approx(row["reward_mean"]) for row in rows)
+    assert list(rows[0][QUESTION_REWARDS]) == list(rows[-1][QUESTION_REWARDS])  # the replay: the same questions
+    assert list(rows[0][QUESTION_REWARDS]) != list(rows[1][QUESTION_REWARDS])
+    paired = replayed_rise(rows, 1, trainer.cfg.compare)
+    assert paired["questions"] == 2 and paired["estimate"] == pytest.approx(0.125)
+    assert paired["p"] == 1.0 and paired["se"] == pytest.approx(0.125)  # (0, 0.25): every sign pattern as far
+    assert replayed_rise(rows, 2, trainer.cfg.compare) is None  # a quarter of 4 steps is 1, not 2
+    unrecorded = [{k: v for k, v in row.items() if k != QUESTION_REWARDS} for row in rows]
+    assert replayed_rise(unrecorded, 1, trainer.cfg.compare) is None  # a history from before per-question rewards
+
+
 @pytest.mark.parametrize("frozen_roles", ["greedy", "sampled"])
 def test_frozen_roles_play_greedily_in_rollouts_when_asked_and_trained_ones_still_sample(
     tiny_backbone, tmp_path, frozen_roles

@@ -619,10 +619,15 @@ def test_the_report_shows_each_runs_reward_rise_idle_steps_and_dev_f1():
     # needs quarters of q steps with 0.686 x sqrt(1 / q) <= 0.1: q = 2 x 6.861^2 = 94.1 -> 95, so 380 steps
     assert "| main | joint | 0 | 8 | 0.200 | 0.600 | +0.400 | 0.245 | 0.686 | 380 | 2 | 0.25 -> 0.50 |" in table
     assert "| main | central_only | 0 | 1 | 0.100 | 0.100 | +0.000 | - | - | - | 0 | 0.25 -> 0.25 |" in table
-    # train.grpo.revisit 2, a quarter of the 8 steps: the last quarter replayed the first, so no draw noise applies
+    # train.grpo.revisit 2, a quarter of the 8 steps: the last quarter replayed the first, so no draw noise applies;
+    # a history without per-question rewards has no paired noise either
     replayed = "\n".join(rise_section({"main": {"joint": {0: rows}}}, 0.95, 0.8, 0.1, revisit=2))
-    assert "| main | joint | 0 | 8 (replayed) | 0.200 | 0.600 | +0.400 | - | - | - | 2 | 0.25 -> 0.50 |" in replayed
+    assert "| joint | 0 | 8 (replayed) | 0.200 | 0.600 | +0.400 | - | - | - | - | 2 | 0.25 -> 0.50 |" in replayed
     assert "Runs marked *replayed* drew their first quarter's questions" in replayed
+    # paired by question (compare.replayed_rise): its standard error, the rise it detects, p over 8 questions
+    paired = {"main": {"joint": {0: {"questions": 8, "estimate": 0.4, "se": 0.1, "p": 0.0234}}}}
+    table = "\n".join(rise_section({"main": {"joint": {0: rows}}}, 0.95, 0.8, 0.1, revisit=2, replayed=paired))
+    assert "| 8 (replayed) | 0.200 | 0.600 | +0.400 | 0.100 | 0.280 | 0.023 (8) | - | 2 | 0.25 -> 0.50 |" in table
 
 
 def test_arms_are_paired_by_question_id_whatever_order_their_records_come_in(smoke_params):

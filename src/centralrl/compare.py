@@ -32,6 +32,7 @@ from centralrl.attribution import ShownPassages, attribution_table, check_record
 from centralrl.config import TOPOLOGY_ROLES, ArmConfig, CompareConfig, Config
 from centralrl.errors import DataError
 from centralrl.metrics import METRICS as SCORERS
+from centralrl.rl.rewards import QUESTION_REWARDS
 from centralrl.stats import (
     VERDICT_RULE,
     Interval,
@@ -453,6 +454,54 @@ def budget_comparison(
         }
     moved = {arm: arm_movement(cfg.arm(arm), movement[arm], cfg.train.health.max_kl) for arm in cfg.arms}
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
+
+
+def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> dict | None:
+    """The reward rise of a run whose last `revisit` steps replayed its first (`train.grpo.revisit`), paired by
+    question: each replayed question's group reward in the last quarter minus in the first (0-1), with the
+    paired bootstrap CI, the exact or seeded sign-flip p (`compare.permutations`), the standard error over those
+    questions and the rise it could detect (`compare.power`). The same questions were played with the same random
+    numbers, so a policy that did not change scores 0 on each; one that did samples other episodes, whose reward
+    differs by chance as well as by what it learned: that is the noise here, over a handful of questions. None
+    when the run's quarter is not `revisit` steps or its history predates per-question rewards."""
+    quarter = max(1, len(rows) // 4)
+    if (
+        not revisit
+        or quarter != revisit
+        or any(QUESTION_REWARDS not in row for row in (*rows[:quarter], *rows[-quarter:]))
+    ):
+        return None
+    first = {q: r for row in rows[:quarter] for q, r in row[QUESTION_REWARDS].items()}
+    last = {q: r for row in rows[-quarter:] for q, r in row[QUESTION_REWARDS].items()}
+    shared = sorted(set(first) & set(last))  # all of them, but where dynamic sampling drew other extra questions
+    if not shared:
+        return None
+    after, before = {"questions": [last[q] for q in shared]}, {"questions": [first[q] for q in shared]}
+    ci = paired_difference_ci(after, before, seed=cfg.seed, resamples=cfg.resamples, level=cfg.level)
+    se = (
+        float(np.std([last[q] - first[q] for q in shared], ddof=1) / np.sqrt(len(shared))) if len(shared) > 1 else None
+    )
+    return {
+        "questions": len(shared),
+        **asdict(ci),
+        "p": paired_permutation_pvalue(after, before, seed=cfg.seed, permutations=cfg.permutations),
+        "se": se,
+        "detectable": None if se is None else minimum_detectable_difference(se, level=cfg.level, power=cfg.power),
+    }
+
+
+def replayed_rises(cfg: Config, histories: Mapping) -> dict:
+    """`replayed_rise` of every trained run (histories[backbone][arm][seed]: its rows) that replayed its first
+    quarter; {} without `train.grpo.revisit`."""
+    revisit = cfg.train.grpo.revisit
+    rises = {
+        backbone: {
+            arm: {seed: rise for seed, rows in seeds.items() if (rise := replayed_rise(rows, revisit, cfg.compare))}
+            for arm, seeds in runs.items()
+        }
+        for backbone, runs in histories.items()
+    }
+    return {b: {arm: seeds for arm, seeds in runs.items() if seeds} for b, runs in rises.items() if any(runs.values())}
 
 
 def lost_answers(cfg: Config, records: Mapping, reference_records: Mapping, shown: ShownPassages) -> dict:

@@ -448,12 +448,15 @@ def steps_to_detect(rows: list[Mapping[str, float]], rise: float, level: float, 
 REPLAYED = " (replayed)"  # a run's steps whose last quarter replayed its first
 
 
-def rise_section(histories: Mapping, level: float, power: float, rise: float, revisit: int = 0) -> list[str]:
+def rise_section(
+    histories: Mapping, level: float, power: float, rise: float, revisit: int = 0, replayed: Mapping | None = None
+) -> list[str]:
     """Per run: its reward in the first and last quarter of steps, the rise's noise, the rise it could detect and
     the steps it would need to detect `rise`, the steps with no informative group (every group's rewards equal:
     nothing to learn from), and dev F1 at the start and at its last score. A run whose last quarter replayed its
     first (`train.grpo.revisit` a quarter of its steps) has no draw noise: the same questions, the same random
-    numbers."""
+    numbers; its noise, detectable rise and p are those of the rise paired by question (`replayed`:
+    `compare.replayed_rises`, [backbone][arm][seed])."""
     lines = [
         "## Did the training reward rise?",
         "",
@@ -471,33 +474,40 @@ def rise_section(histories: Mapping, level: float, power: float, rise: float, re
                 "",
                 f"Runs marked *replayed* drew their first quarter's questions and random numbers again in their last "
                 f"quarter (`train.grpo.revisit` {revisit}): their rise is the policy's change on those questions (a "
-                "policy that did not change scores the same), so no draw noise applies to it; they were trained on "
-                "once, so what was learned of those very questions counts too.",
+                "policy that did not change scores the same), so no draw noise applies to it. It is paired by "
+                "question: *noise* is the standard error of the replayed questions' rises (a policy that changed "
+                "samples other episodes, whose rewards differ by chance too), *detectable* the rise it finds with "
+                f"{power:.0%} power, and *p* the sign-flip test of no rise over those questions (n). They were "
+                "trained on once, so what was learned of those very questions counts too.",
             ]
             if revisit
             else []
         ),
         "",
         "| backbone | arm | seed | steps | reward, first quarter | reward, last quarter | rise | noise | detectable "
-        f"| steps for +{rise:.2f} | steps with no informative group | dev F1 start -> end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"{'| p (n) ' if revisit else ''}| steps for +{rise:.2f} | steps with no informative group "
+        "| dev F1 start -> end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if revisit else ""),
     ]
+    replayed = replayed or {}
     for backbone, runs in histories.items():
         for arm, seeds in runs.items():
             for seed, rows in seeds.items():
                 first, last = reward_rise(rows)
-                replayed = bool(revisit) and revisit == _rewards_and_quarter(rows)[1]
-                noise = None if replayed else rise_noise(rows)
+                paired = replayed.get(backbone, {}).get(arm, {}).get(seed)
+                was_replayed = bool(revisit) and revisit == _rewards_and_quarter(rows)[1]
+                noise = (paired or {}).get("se") if was_replayed else rise_noise(rows)
                 detectable = None if noise is None else minimum_detectable_difference(noise, level=level, power=power)
-                needed = None if replayed else steps_to_detect(rows, rise, level, power)
+                needed = None if was_replayed else steps_to_detect(rows, rise, level, power)
+                p_text = f"| {paired['p']:.3f} ({paired['questions']}) " if paired else "| - " if revisit else ""
                 needed_text = "-" if needed is None else f"{needed:,}"
                 idle = sum(1 for row in rows if not row.get("informative_groups"))
                 dev = dev_points(rows)
                 dev_text = f"{dev[0][2]:.2f} -> {dev[-1][2]:.2f}" if dev else "-"
-                steps = f"{len(rows)}{REPLAYED if replayed else ''}"
+                steps = f"{len(rows)}{REPLAYED if was_replayed else ''}"
                 lines.append(
                     f"| {backbone} | {arm} | {seed} | {steps} | {first:.3f} | {last:.3f} | {last - first:+.3f} "
-                    f"| {_number(noise)} | {_number(detectable)} | {needed_text} | {idle} | {dev_text} |"
+                    f"| {_number(noise)} | {_number(detectable)} {p_text}| {needed_text} | {idle} | {dev_text} |"
                 )
     return lines + [""]
 
@@ -681,7 +691,14 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
     """report.md, report.html and the figures in `folder` (replaced whole by the caller); return report.md."""
     lines = [f"# {' vs '.join(result['claim'])}: report (profile `{profile}`)", ""]
     lines += verdict_section(result) + gains_section(result)
-    lines += rise_section(histories, result["level"], result["power"], result["rise"], result.get("revisit", 0))
+    lines += rise_section(
+        histories,
+        result["level"],
+        result["power"],
+        result["rise"],
+        result.get("revisit", 0),
+        result.get("replayed_rises"),
+    )
     lines += spending_section(result)
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]

@@ -12,6 +12,10 @@ from collections.abc import Sequence
 
 from centralrl.metrics import METRICS
 
+# A training history row's {question id: its group's mean reward}: `compare.replayed_rise` pairs a replayed
+# (`train.grpo.revisit`) question's two groups by it. In the history only, not an MLflow metric (a name per question).
+QUESTION_REWARDS = "question_rewards"
+
 
 def outcome_reward(
     prediction: str,

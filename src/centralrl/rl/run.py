@@ -53,6 +53,7 @@ from centralrl.rl.checkpoint import Progress, StateKey, latest_state, restore, s
 from centralrl.data.split import split_dev
 from centralrl.rl.dev import dev_keys, dev_scores
 from centralrl.rl.health import TrainingDiverged, collapse_problem, kl_problem, update_problem
+from centralrl.rl.rewards import QUESTION_REWARDS
 from centralrl.rl.trainer import Trainer, fixed_pool
 from centralrl.schema import read_questions
 from centralrl.tracking import NullTracker, Tracker, cell_tags, open_tracker
@@ -303,7 +304,8 @@ def run_steps(
         start = {}
         timing = step_timing(trainer, seconds)
         progress.wall_seconds += timing["step_seconds"]
-        tracker.log_metrics(metrics | timing | _cumulative(progress), step=trainer.step)
+        scalars = {k: v for k, v in metrics.items() if k != QUESTION_REWARDS}
+        tracker.log_metrics(scalars | timing | _cumulative(progress), step=trainer.step)
         if log:
             log(step_line(trainer.step, g.steps, g.group_size, metrics, timing["step_seconds"]))
         _stop_if_diverged(cfg, metrics, progress.history, trainer.step, state, trainer.world.is_main)

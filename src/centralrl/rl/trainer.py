@@ -75,7 +75,7 @@ from centralrl.rl.grpo import (
     lr_multiplier,
     micro_batches,
 )
-from centralrl.rl.rewards import outcome_reward
+from centralrl.rl.rewards import QUESTION_REWARDS, outcome_reward
 from centralrl.schema import Question, interleave
 from centralrl.seeding import derive_seed
 
@@ -428,7 +428,7 @@ class Trainer:
             torch.manual_seed(derive_seed(self.seed, "update", self.step, self.world.rank))
             yield
 
-    def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict[str, float]:
+    def learn(self, episodes: Sequence[Episode], rewards: torch.Tensor) -> dict:
         """Advantages, then one accumulated update of every trainable adapter over the informative groups only
         (gradients summed over processes), optimizer and schedule step; the step's metrics over every process.
 
@@ -514,7 +514,7 @@ class Trainer:
         grad_norm: float,
         measured_kl: bool,
         learning_rate: float,
-    ) -> dict[str, float]:
+    ) -> dict:
         """The step's metrics over every process's episodes, samples and update sums; `measured_kl`: whether the
         update ran the reference forward (its FLOPs count); `learning_rate`: the rate the update used (`learn`).
         Without a KL term, "kl" is there only for the steps that measured it (`measures_kl`): a 0 would read as a
@@ -545,7 +545,7 @@ class Trainer:
             del stats["kl"]
         return step_metrics(episodes, rewards, samples, stats)
 
-    def train_step(self) -> dict[str, float]:
+    def train_step(self) -> dict:
         episodes = self.rollout()
         return self.learn(episodes, self.rewards(episodes))
 
@@ -555,12 +555,13 @@ def subquestions(episode: Episode) -> int:
     return sum(call.role == "retrieval" for call in episode.calls)
 
 
-def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
+def step_metrics(episodes, rewards, samples, stats) -> dict:
     """What a step logs: reward, F1, the update's statistics, tokens per role, and each role's health: its
     calls' mean response length, share of invalid actions and one-sample entropy estimate (the mean negative
     log-prob of its sampled tokens); and the sub-questions the central agent delegated per episode. Reward and
     sub-questions also per benchmark (`<key>.<benchmark>`): a central agent that learns asks one sub-question
-    for a 1-hop question and two for a 2-hop one, where one that drifts moves both the same way."""
+    for a 1-hop question and two for a 2-hop one, where one that drifts moves both the same way. Every value
+    is a float but `QUESTION_REWARDS`, each question's mean reward (sorted by id)."""
     metrics = {
         "episodes": float(len(episodes)),
         "reward_mean": float(rewards.mean()),
@@ -575,6 +576,10 @@ def step_metrics(episodes, rewards, samples, stats) -> dict[str, float]:
         mine = [i for i, e in enumerate(episodes) if e.question.benchmark == benchmark]
         metrics[f"reward_mean.{benchmark}"] = sum(flat_rewards[i] for i in mine) / len(mine)
         metrics[f"subquestions_per_episode.{benchmark}"] = sum(subquestions(episodes[i]) for i in mine) / len(mine)
+    metrics[QUESTION_REWARDS] = {
+        qid: float(np.mean([r for e, r in zip(episodes, flat_rewards) if e.question.id == qid]))
+        for qid in sorted({e.question.id for e in episodes})
+    }
     for role in sorted({c.role for e in episodes for c in e.calls}):
         calls = [c for e in episodes for c in e.calls if c.role == role]
         metrics[f"prompt_tokens.{role}"] = float(sum(len(c.prompt_ids) for c in calls))
