@@ -466,7 +466,7 @@ def test_the_run_ends_where_its_horizon_or_its_last_budget_cut_is_and_is_scored_
     from centralrl.rl.run import ends_run
 
     budgets = {"four": {"steps": 4}, "tokens": {"trained_tokens": 30}}
-    cfg = Config.model_validate({"budgets": budgets, "train": {"grpo": {"steps": 6}}})
+    cfg = Config.model_validate({"budgets": budgets, "train": {"grpo": {"steps": 6, "revisit": 0}}})
     row = {"skipped": 0.0, "trained_tokens.central": 10.0, "flops.generation": 1.0, "flops.update": 1.0}
     progress = Progress([row] * 2)
     assert not ends_run(cfg, progress, row, 1.0, 3)  # 3 steps, 30 tokens: "four" not yet reached
