@@ -649,3 +649,22 @@ def test_arms_are_paired_by_question_id_whatever_order_their_records_come_in(smo
     for metric in ("f1", "acc", "em"):
         assert difference[metric]["macro"] == pytest.approx(shift)
         assert difference[metric]["benchmarks"] == {"x": pytest.approx(shift), "y": pytest.approx(shift)}
+
+
+def test_a_replayed_rise_pairs_each_batch_with_its_replay_even_where_the_deal_repeats_a_question(smoke_params):
+    """The deal can give one question to two batches of the first quarter: each is its own pair, with the batch
+    that replayed it (merged by question, one of the two would be lost and the other paired with the wrong batch)."""
+    from centralrl.compare import replayed_rise
+    from centralrl.config import load_config
+
+    def row(step, rewards):
+        return {"step": step, "reward_mean": sum(rewards.values()) / 2, "question_rewards": rewards}
+
+    first = [row(1, {"a": 0.0, "b": 0.5}), row(2, {"a": 0.25, "c": 1.0})]
+    middle = [row(3, {"d": 0.5, "e": 0.5}), row(4, {"f": 0.5, "g": 0.5})]
+    last = [row(7, {"a": 0.5, "b": 0.5}), row(8, {"a": 0.75, "c": 0.5})]
+    rows = first + middle + middle + last  # 8 steps: quarters of 2, the last replaying the first
+    rise = replayed_rise(rows, 2, load_config(smoke_params).compare)
+    assert rise["questions"] == 4  # a twice, b, c
+    assert rise["estimate"] == pytest.approx((0.5 + 0.0 + 0.5 - 0.5) / 4)
+    assert rise["se"] == pytest.approx(statistics.stdev([0.5, 0.0, 0.5, -0.5]) / 2)

@@ -458,7 +458,7 @@ def budget_comparison(
 
 def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> dict | None:
     """The reward rise of a run whose last `revisit` steps replayed its first (`train.grpo.revisit`), paired by
-    question: each replayed question's group reward in the last quarter minus in the first (0-1), with the
+    question: each replayed batch's question's group reward in the last quarter minus in the first (0-1), with the
     paired bootstrap CI, the exact or seeded sign-flip p (`compare.permutations`), the standard error over those
     questions and the rise it could detect (`compare.power`). The same questions were played with the same random
     numbers, so a policy that did not change scores 0 on each; one that did samples other episodes, whose reward
@@ -471,18 +471,23 @@ def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> 
         or any(QUESTION_REWARDS not in row for row in (*rows[:quarter], *rows[-quarter:]))
     ):
         return None
-    first = {q: r for row in rows[:quarter] for q, r in row[QUESTION_REWARDS].items()}
-    last = {q: r for row in rows[-quarter:] for q, r in row[QUESTION_REWARDS].items()}
-    shared = sorted(set(first) & set(last))  # all of them, but where dynamic sampling drew other extra questions
-    if not shared:
-        return None
-    after, before = {"questions": [last[q] for q in shared]}, {"questions": [first[q] for q in shared]}
-    ci = paired_difference_ci(after, before, seed=cfg.seed, resamples=cfg.resamples, level=cfg.level)
-    se = (
-        float(np.std([last[q] - first[q] for q in shared], ddof=1) / np.sqrt(len(shared))) if len(shared) > 1 else None
+    # batch i of the last quarter replays batch i of the first: pair their groups question by question (a question
+    # the deal gives two batches is two pairs); all of them, but where dynamic sampling drew other extra questions
+    played = [(row[QUESTION_REWARDS], again[QUESTION_REWARDS]) for row, again in zip(rows[:quarter], rows[-quarter:])]
+    pairs = sorted(
+        (question, batch, first[question], last[question])
+        for batch, (first, last) in enumerate(played)
+        for question in first
+        if question in last
     )
+    if not pairs:
+        return None
+    before, after = {"questions": [pair[2] for pair in pairs]}, {"questions": [pair[3] for pair in pairs]}
+    ci = paired_difference_ci(after, before, seed=cfg.seed, resamples=cfg.resamples, level=cfg.level)
+    rises = [pair[3] - pair[2] for pair in pairs]
+    se = float(np.std(rises, ddof=1) / np.sqrt(len(rises))) if len(rises) > 1 else None
     return {
-        "questions": len(shared),
+        "questions": len(pairs),
         **asdict(ci),
         "p": paired_permutation_pvalue(after, before, seed=cfg.seed, permutations=cfg.permutations),
         "se": se,
