@@ -126,21 +126,33 @@ def test_an_out_not_named_as_a_json_result_is_refused_before_measuring(tmp_path)
     assert not (tmp_path / "figures").exists()
 
 
-@pytest.mark.parametrize("script", ["overfit", "headroom", "temperature"])
+@pytest.mark.parametrize("script", ["overfit", "headroom", "temperature", "role_swap"])
 def test_a_test_split_given_as_training_questions_is_refused_before_the_model_loads(
     smoke_world, tmp_path, monkeypatch, script
 ):
-    """overfit.py trained on the test questions, headroom.py and temperature.py drew their dev questions from
-    them: each reads --train as the stages do, train questions only."""
+    """overfit.py trained on the test questions, headroom.py, temperature.py and role_swap.py drew their dev
+    questions from them: each reads --train as the stages do, train questions only."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     module = importlib.import_module(script)
     write_jsonl(tmp_path / "test.jsonl", [q.to_json() for q in smoke_world[0] if q.split == "test"])
     argv = ["--params", str(write_params(tmp_path)), "--model", "m", "--index", "i", "--out", str(tmp_path / "o.json")]
     argv += ["--train", str(tmp_path / "test.jsonl")] + (["--benchmarks", "synth-2hop"] if script == "overfit" else [])
+    argv += ["--adapters", "a", "--arm", "joint"] if script == "role_swap" else []
     with pytest.raises(
         DataError, match=r"test\.jsonl:1 \(question .*\): a test question where train questions are read"
     ):
         module.main(module.arguments(argv))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_role_swap_refuses_an_arm_params_do_not_define_before_the_model_loads(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import role_swap
+
+    argv = ["--params", str(write_params(tmp_path)), "--model", "m", "--index", "i", "--out", str(tmp_path / "o.json")]
+    argv += ["--train", "t.jsonl", "--adapters", "a", "--arm", "centrl_only"]
+    with pytest.raises(ConfigError, match="arms has no 'centrl_only'; known arms: central_only, joint"):
+        role_swap.main(role_swap.arguments(argv))
     assert not (tmp_path / "o.json").exists()
 
 

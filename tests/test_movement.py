@@ -329,3 +329,33 @@ def test_the_movement_benchmark_finds_the_same_movement_with_and_without_the_sha
     assert figures["calls"] > 0 and 0 < figures["mean_shared_prefix_tokens"] < figures["mean_prompt_tokens"]
     assert figures["changed_flags_disagreeing"] == 0 and figures["max_abs_kl_difference"] < 1e-4
     assert 0 < figures["changed"] <= figures["calls"]
+
+
+def test_the_role_swap_benchmark_puts_back_the_start_role_by_role(smoke_run):
+    """benchmarks/role_swap.py on a joint cut whose conclusion adapter alone moved: every subset without the
+    conclusion agent plays the start's episodes exactly, every subset with it the cut's answers."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import role_swap  # benchmarks/role_swap.py, found through the path above
+
+    folder, params, data = smoke_run
+    model, _, _ = _joint_model(folder / "start", load_config(params).lora, ("conclusion",))
+    save_adapters(model, folder / "swap-adapters")
+    out = folder / "role-swap.json"
+    args = ["--model", str(folder / "start"), "--index", str(folder / "index"), "--train", str(data["train"])]
+    args += ["--params", str(params), "--adapters", str(folder / "swap-adapters"), "--arm", "joint"]
+    role_swap.main(role_swap.arguments([*args, "--threads", "1", "--out", str(out)]))
+    figures = read_json(out)
+    names = ["start", "central", "retrieval", "conclusion", "central+retrieval", "central+conclusion"]
+    names += ["retrieval+conclusion", "central+retrieval+conclusion"]
+    assert [name for name in figures if name in names] == names and set(figures["against_start"]) == set(names[1:])
+    answers = {name: [e["prediction"] for e in figures[name]["episodes"]] for name in names}
+    notes = {name: [e["notes"] for e in figures[name]["episodes"]] for name in names}
+    assert all(notes[name] == notes["start"] for name in names)  # central and retrieval never moved
+    with_conclusion = [name for name in names if "conclusion" in name]
+    assert all(answers[name] == answers["start"] for name in names if name not in with_conclusion)
+    assert all(answers[name] == answers["conclusion"] for name in with_conclusion)
+    assert answers["conclusion"] != answers["start"]
