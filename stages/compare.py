@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from centralrl.attribution import shown_passages
-from centralrl.compare import check_same_questions, comparison, lost_answers, record_checker, replayed_rises
+from centralrl.compare import (
+    check_same_questions,
+    comparison,
+    lost_answers,
+    pooled_replayed_rises,
+    record_checker,
+    replayed_rises,
+)
 from centralrl.config import EVALUATED_CELL_FILE, Config, load_config, trained_cell_problem
 from centralrl.errors import DataError
 from centralrl.io import atomic_directory, read_json, read_jsonl, write_json
@@ -378,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     rises = replayed_rises(cfg, histories)
     if rises:
         result["replayed_rises"] = rises
+        result["pooled_replayed_rises"] = pooled_replayed_rises(cfg, histories)
     if counts is not None:
         result["closed_book"] = closed_book(counts)
     with atomic_directory(args.report) as tmp:  # the metrics only once the report is whole: they never disagree

@@ -668,3 +668,33 @@ def test_a_replayed_rise_pairs_each_batch_with_its_replay_even_where_the_deal_re
     assert rise["questions"] == 4  # a twice, b, c
     assert rise["estimate"] == pytest.approx((0.5 + 0.0 + 0.5 - 0.5) / 4)
     assert rise["se"] == pytest.approx(statistics.stdev([0.5, 0.0, 0.5, -0.5]) / 2)
+
+
+def test_an_arms_pooled_replayed_rise_pairs_every_seeds_replayed_questions_together(tmp_path):
+    """Two seeds of 4 steps (quarters of 1, the last replaying the first), two questions a batch: 4 pairs, their
+    mean rise, SE and exact sign-flip p; a third seed that did not replay, and an arm of one replaying seed, add
+    nothing; the report's pooled table shows it."""
+    from centralrl.compare import pooled_replayed_rises
+    from centralrl.config import load_config
+    from centralrl.report import pooled_rise_section
+    from conftest import write_params
+
+    def run(first: dict, last: dict) -> list[dict]:
+        middle = {"step": 2, "reward_mean": 0.5, "question_rewards": {"m": 0.5}}
+        return [{"step": 1, "question_rewards": first}, middle, middle, {"step": 4, "question_rewards": last}]
+
+    cfg = load_config(write_params(tmp_path, {"train": {"grpo": {"steps": 4, "revisit": 1}}}))
+    seeds = {0: run({"a": 0.0, "b": 0.5}, {"a": 0.5, "b": 0.75}), 1: run({"c": 0.25, "d": 1.0}, {"c": 0.5, "d": 0.75})}
+    seeds[2] = [{"step": step, "reward_mean": 0.5} for step in range(1, 5)]  # no per-question rewards
+    histories = {"main": {"joint": seeds, "central_only": {0: seeds[0]}}}
+    pooled = pooled_replayed_rises(cfg, histories)
+    assert list(pooled["main"]) == ["joint"]  # central_only replayed in one seed only
+    joint = pooled["main"]["joint"]
+    rises = [0.5, 0.25, 0.25, -0.25]
+    assert (joint["seeds"], joint["questions"]) == (2, 4)
+    assert joint["estimate"] == pytest.approx(statistics.mean(rises))
+    assert joint["se"] == pytest.approx(statistics.stdev(rises) / 2)
+    assert joint["p"] == pytest.approx(8 / 16)  # exact, two-sided: 8 of the 16 sign flips reach |mean| >= 0.1875
+    table = "\n".join(pooled_rise_section(pooled, 0.95, 0.8))
+    assert f"| main | joint | 2 | +0.188 [{joint['low']:+.3f}, {joint['high']:+.3f}] | 0.157 |" in table
+    assert "| 0.500 (4) |" in table and pooled_rise_section({}, 0.95, 0.8) == []

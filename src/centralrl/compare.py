@@ -456,32 +456,32 @@ def budget_comparison(
     return {"arms": arms, "claim": claim, "movement": moved, "gains": gains_over_start(cfg, records, references)}
 
 
-def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> dict | None:
-    """The reward rise of a run whose last `revisit` steps replayed its first (`train.grpo.revisit`), paired by
-    question: each replayed batch's question's group reward in the last quarter minus in the first (0-1), with the
-    paired bootstrap CI, the exact or seeded sign-flip p (`compare.permutations`), the standard error over those
-    questions and the rise it could detect (`compare.power`). The same questions were played with the same random
-    numbers, so a policy that did not change scores 0 on each; one that did samples other episodes, whose reward
-    differs by chance as well as by what it learned: that is the noise here, over a handful of questions. None
-    when the run's quarter is not `revisit` steps or its history predates per-question rewards."""
+def replayed_pairs(rows: Sequence[Mapping], revisit: int) -> list[tuple[str, int, float, float]]:
+    """(question, batch, first reward, replayed reward) of a run whose last `revisit` steps replayed its first
+    (`train.grpo.revisit`): each replayed batch's questions' group rewards (0-1), sorted. [] when the run's quarter
+    is not `revisit` steps or its history predates per-question rewards."""
     quarter = max(1, len(rows) // 4)
     if (
         not revisit
         or quarter != revisit
         or any(QUESTION_REWARDS not in row for row in (*rows[:quarter], *rows[-quarter:]))
     ):
-        return None
+        return []
     # batch i of the last quarter replays batch i of the first: pair their groups question by question (a question
     # the deal gives two batches is two pairs); all of them, but where dynamic sampling drew other extra questions
     played = [(row[QUESTION_REWARDS], again[QUESTION_REWARDS]) for row, again in zip(rows[:quarter], rows[-quarter:])]
-    pairs = sorted(
+    return sorted(
         (question, batch, first[question], last[question])
         for batch, (first, last) in enumerate(played)
         for question in first
         if question in last
     )
-    if not pairs:
-        return None
+
+
+def paired_rise(pairs: Sequence[tuple[str, int, float, float]], cfg: CompareConfig) -> dict:
+    """The rise over `pairs` (`replayed_pairs`): replayed minus first reward, with the paired bootstrap CI, the
+    exact or seeded sign-flip p (`compare.permutations`), the standard error over the pairs and the rise it could
+    detect (`compare.power`)."""
     before, after = {"questions": [pair[2] for pair in pairs]}, {"questions": [pair[3] for pair in pairs]}
     ci = paired_difference_ci(after, before, seed=cfg.seed, resamples=cfg.resamples, level=cfg.level)
     rises = [pair[3] - pair[2] for pair in pairs]
@@ -493,6 +493,15 @@ def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> 
         "se": se,
         "detectable": None if se is None else minimum_detectable_difference(se, level=cfg.level, power=cfg.power),
     }
+
+
+def replayed_rise(rows: Sequence[Mapping], revisit: int, cfg: CompareConfig) -> dict | None:
+    """The reward rise of a replaying run (`replayed_pairs`), paired by question (`paired_rise`). The same
+    questions were played with the same random numbers, so a policy that did not change scores 0 on each; one
+    that did samples other episodes, whose reward differs by chance as well as by what it learned: that is the
+    noise here, over a handful of questions. None when the run did not replay."""
+    pairs = replayed_pairs(rows, revisit)
+    return paired_rise(pairs, cfg) if pairs else None
 
 
 def replayed_rises(cfg: Config, histories: Mapping) -> dict:
@@ -507,6 +516,21 @@ def replayed_rises(cfg: Config, histories: Mapping) -> dict:
         for backbone, runs in histories.items()
     }
     return {b: {arm: seeds for arm, seeds in runs.items() if seeds} for b, runs in rises.items() if any(runs.values())}
+
+
+def pooled_replayed_rises(cfg: Config, histories: Mapping) -> dict:
+    """Per arm of 2 or more replaying runs ([backbone][arm]): `paired_rise` over every seed's replayed pairs
+    together, and `seeds`, how many. Fixed effects: it asks whether these runs, together, raised the reward of the
+    questions they replayed, at about sqrt(seeds) less noise than one run; the spread between seeds is not in it
+    (the verdict's seeds take that in)."""
+    revisit, pooled = cfg.train.grpo.revisit, {}
+    for backbone, runs in histories.items():
+        for arm, seeds in runs.items():
+            played = [pairs for rows in seeds.values() if (pairs := replayed_pairs(rows, revisit))]
+            if len(played) > 1:
+                rise = paired_rise([pair for pairs in played for pair in pairs], cfg.compare)
+                pooled.setdefault(backbone, {})[arm] = rise | {"seeds": len(played)}
+    return pooled
 
 
 def lost_answers(cfg: Config, records: Mapping, reference_records: Mapping, shown: ShownPassages) -> dict:

@@ -512,6 +512,29 @@ def rise_section(
     return lines + [""]
 
 
+def pooled_rise_section(pooled: Mapping | None, level: float, power: float) -> list[str]:
+    """Per arm, the replayed rise over all its seeds' replayed questions together (`compare.pooled_replayed_rises`):
+    [] when no arm has two replaying runs."""
+    if not pooled:
+        return []
+    lines = [
+        f"Pooled over seeds: each arm's replayed questions of every seed together, paired as above ({level:.0%} "
+        f"bootstrap CI; *detectable* with {power:.0%} power). It asks whether these runs together raised the reward "
+        "of what they replayed, at less noise than one run; the spread between seeds is not in it.",
+        "",
+        "| backbone | arm | seeds | rise [CI] | noise | detectable | p (n) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for backbone, arms in pooled.items():
+        for arm, rise in arms.items():
+            lines.append(
+                f"| {backbone} | {arm} | {rise['seeds']} | {rise['estimate']:+.3f} [{rise['low']:+.3f}, "
+                f"{rise['high']:+.3f}] | {_number(rise['se'])} | {_number(rise['detectable'])} "
+                f"| {rise['p']:.3f} ({rise['questions']}) |"
+            )
+    return lines + [""]
+
+
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -699,6 +722,7 @@ def write_report(result: dict, histories: Mapping, profile: str, folder: Path) -
         result.get("revisit", 0),
         result.get("replayed_rises"),
     )
+    lines += pooled_rise_section(result.get("pooled_replayed_rises"), result["level"], result["power"])
     lines += spending_section(result)
     lines += movement_section(result) + lost_section(result)
     lines += [f"## Per benchmark (mean [{result['level']:.0%} CI], in %)", ""]
