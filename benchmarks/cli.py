@@ -50,6 +50,12 @@ def harness_arguments(parser: argparse.ArgumentParser, start: bool) -> None:
         parser.add_argument("--index", default="index", help="index folder (build_index)")
 
 
+def cut_arguments(parser: argparse.ArgumentParser) -> None:
+    """--adapters and --arm: one trained cut, as the benchmarks that load a cell's adapters read it."""
+    parser.add_argument("--adapters", required=True, help="one cut's adapters folder (train/.../adapters/<budget>)")
+    parser.add_argument("--arm", required=True, help="the arm that trained them (which roles hold an adapter)")
+
+
 def count(text: str, least: int = 1) -> int:
     """argparse type: an integer of at least `least` (1: a count of something that must happen)."""
     try:
