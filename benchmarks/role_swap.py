@@ -27,6 +27,17 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     cli.harness_arguments(parser, start=True)
     parser.add_argument("--train", required=True, help="training questions; the dev split is drawn from them")
     cli.cut_arguments(parser)
+    parser.add_argument(
+        "--unseen",
+        nargs="+",
+        metavar="HISTORY",
+        help="play, instead of the dev split, the training questions outside it that the warm start did not trace "
+        "and that none of these training histories (train/.../history.jsonl) drew: more questions than the dev "
+        "split, though their facts may have been trained on",
+    )
+    parser.add_argument(
+        "--single", action="store_true", help="only the start, each trained role alone and the whole arm"
+    )
     parser.add_argument("--threads", type=count, default=2, help="torch intra-op threads")
     parser.add_argument("--out", default="benchmarks/results/role_swap.json", help="figures (JSON)")
     return parser.parse_args(argv)
@@ -46,34 +57,69 @@ from headroom import scores
 from centralrl.assembly import run_settings, trained_policy
 from centralrl.config import load_config
 from centralrl.data.split import split_dev
+from centralrl.errors import DataError
 from centralrl.harness.engine import RolePolicy
 from centralrl.harness.episodes import TOPOLOGIES
+from centralrl.io import read_jsonl
 from centralrl.metrics import f1
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Retriever
+from centralrl.rl.rewards import QUESTION_REWARDS
+from centralrl.rl.warmstart import tried_questions
 from centralrl.schema import Question, read_questions
 
 
-def subsets(roles: Sequence[str]) -> list[tuple[str, ...]]:
-    """Every subset of the trained roles, the empty one (the start) first and the whole arm last.
+def subsets(roles: Sequence[str], single: bool = False) -> list[tuple[str, ...]]:
+    """Every subset of the trained roles, the empty one (the start) first and the whole arm last; `single`: only
+    the start, each role alone and the whole arm.
 
     >>> subsets(["central", "retrieval"])
     [(), ('central',), ('retrieval',), ('central', 'retrieval')]
+    >>> subsets(["central", "retrieval", "conclusion"], single=True)[-2:]
+    [('conclusion',), ('central', 'retrieval', 'conclusion')]
     """
-    return [combo for size in range(len(roles) + 1) for combo in itertools.combinations(roles, size)]
+    every = [combo for size in range(len(roles) + 1) for combo in itertools.combinations(roles, size)]
+    return [combo for combo in every if not single or len(combo) in (0, 1, len(roles))]
+
+
+def unseen_questions(cfg, training: Sequence[Question], retriever: Retriever, policy: RolePolicy, histories) -> list:
+    """The training questions (outside the dev split) that the warm start did not trace (`tried_questions`, as the
+    stage picks them) and that no history row drew (its `question_rewards`)."""
+    counted, below = cfg.warmstart.plans == "counted", cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0
+    candidates = [q for q in training if q.decomposition]
+    traced = tried_questions(
+        candidates,
+        cfg.warmstart.questions,
+        retriever,
+        cfg.retrieval.top_k,
+        cfg.harness.passage_chars,
+        policy,
+        counted,
+        below,
+    )
+    seen = {q.id for q, built in traced if built} if cfg.warmstart.enabled else set()
+    for path in histories:
+        for where, row in read_jsonl(path):
+            drawn = row.get(QUESTION_REWARDS)
+            if not isinstance(drawn, dict):
+                raise DataError(f"{where}: no {QUESTION_REWARDS} object (a history from before per-question rewards?)")
+            seen |= set(drawn)
+    return [q for q in training if q.id not in seen]
 
 
 def variant_name(trained: Sequence[str]) -> str:
     return "+".join(trained) or "start"
 
 
-def measure(cfg, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str) -> dict:
-    """Each subset's greedy scores on `questions`, with the untrained roles' adapters turned off."""
+def measure(
+    cfg, policy: RolePolicy, retriever: Retriever, questions: Sequence[Question], topology: str, single: bool = False
+) -> dict:
+    """Each subset's (`subsets`) greedy scores on `questions`, with the untrained roles' adapters turned off."""
     cut = dict(policy.adapters)
     trained = [role for role, adapter in cut.items() if adapter is not None]
     settings = run_settings(cfg, greedy=True, seed=0)
     figures = {}
-    for subset in subsets(trained):
+    for subset in subsets(trained, single):
         policy.adapters = {role: (adapter if role in subset else None) for role, adapter in cut.items()}
         started = time.perf_counter()
         episodes = TOPOLOGIES[topology](questions, policy, retriever, settings)
@@ -94,11 +140,14 @@ def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)
     topology = cfg.arm(args.arm).topology  # an unknown arm is refused before anything loads
-    _, dev = split_dev(read_questions(args.train, split="train"), cfg.train.dev, args.train)
-    retriever = open_retriever(cfg.retrieval, args.index, questions=(dev, args.train))
+    training, questions = split_dev(read_questions(args.train, split="train"), cfg.train.dev, args.train)
+    retriever = open_retriever(cfg.retrieval, args.index, questions=(questions, args.train))
     policy = trained_policy(cfg, args.backbone, args.model, args.adapters, args.arm)
+    if args.unseen:
+        questions = unseen_questions(cfg, training, retriever, policy, args.unseen)
     figures = {"params": args.params, "model": args.model, "adapters": args.adapters, "arm": args.arm}
-    figures |= {"dev_questions": len(dev)} | measure(cfg, policy, retriever, dev, topology)
+    figures |= {"questions": "unseen" if args.unseen else "dev", "histories": args.unseen or []}
+    figures |= {"n_questions": len(questions)} | measure(cfg, policy, retriever, questions, topology, args.single)
     print(json.dumps(figures["against_start"], indent=2))
     cli.write_indented_json(out, figures)
     print(f"written to {out}")

@@ -359,3 +359,45 @@ def test_the_role_swap_benchmark_puts_back_the_start_role_by_role(smoke_run):
     assert all(answers[name] == answers["start"] for name in names if name not in with_conclusion)
     assert all(answers[name] == answers["conclusion"] for name in with_conclusion)
     assert answers["conclusion"] != answers["start"]
+
+
+def test_the_role_swap_benchmark_plays_the_training_questions_neither_the_warm_start_nor_a_history_drew(smoke_run):
+    """--unseen: the smoke world's training questions outside the dev split, less the warm start's (as many as
+    `build_traces` trains on) and a history's; --single: the start, each role alone and the whole arm."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import role_swap  # benchmarks/role_swap.py, found through the path above
+
+    from centralrl.data.split import split_dev
+    from centralrl.io import write_jsonl
+    from centralrl.retrieval import open_retriever
+    from centralrl.rl.warmstart import build_traces
+    from centralrl.schema import read_questions
+
+    folder, params, _ = smoke_run
+    cfg = load_config(params)
+    train = folder / "train.jsonl"  # the smoke world's own training questions, with decompositions
+    training, _ = split_dev(read_questions(train, split="train"), cfg.train.dev, str(train))
+    model, tokenizer, adapters = _joint_model(folder / "start", cfg.lora, ("conclusion",))
+    save_adapters(model, folder / "unseen-adapters")
+    drawn = [training[-1].id, training[-2].id]
+    write_jsonl(folder / "history.jsonl", [{"step": 1, "question_rewards": {q: 0.5 for q in drawn}}])
+    out = folder / "role-swap-unseen.json"
+    args = ["--model", str(folder / "start"), "--index", str(folder / "index"), "--train", str(train)]
+    args += ["--params", str(params), "--adapters", str(folder / "unseen-adapters"), "--arm", "joint", "--single"]
+    args += ["--unseen", str(folder / "history.jsonl"), "--threads", "1", "--out", str(out)]
+    role_swap.main(role_swap.arguments(args))
+    figures = read_json(out)
+    names = ["start", "central", "retrieval", "conclusion", "central+retrieval+conclusion"]
+    assert [name for name in figures if name in names] == names and figures["questions"] == "unseen"
+    played = {e["id"] for e in figures["start"]["episodes"]}
+    policy = RolePolicy(model, tokenizer, dict.fromkeys(adapters))
+    retriever = open_retriever(cfg.retrieval, folder / "index", questions=(training, str(train)))
+    below = cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0
+    wanted, top_k, chars = cfg.warmstart.questions, cfg.retrieval.top_k, cfg.harness.passage_chars
+    warm = build_traces(training, wanted, retriever, top_k, chars, policy, follow_ups_below=below)[1]
+    assert 0 < warm["questions"] and not played & set(drawn)
+    assert len(played) == figures["n_questions"] == len(training) - warm["questions"] - len(drawn)

@@ -51,7 +51,7 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -442,7 +442,6 @@ def build_traces(
     also gets a conclusion trace with a follow-up note (`follow_up`; the harness's max_turns: it may ask one more),
     so the conclusion traces beyond one per question are the follow-ups."""
     candidates = [q for q in questions if q.decomposition]
-    hops = [(q.id, sub, hop) for q in candidates for sub, hop in delegated_hops(q)] if follow_ups_below else []
     if not candidates:
         benchmarks = sorted({q.benchmark for q in questions})
         raise DataError(
@@ -452,16 +451,10 @@ def build_traces(
         )
     traces: list[Trace] = []
     used, skipped = 0, 0
-    for question in interleave(candidates):
-        if used == wanted:
-            break
-        after = follow_up(question, hops) if len(delegated_hops(question)) < follow_ups_below else None
-        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted, after)
-        if built:
-            traces.extend(built)
-            used += 1
-        else:
-            skipped += 1
+    tried = tried_questions(candidates, wanted, retriever, top_k, passage_chars, policy, counted, follow_ups_below)
+    for _, built in tried:
+        traces.extend(built)
+        used, skipped = used + bool(built), skipped + (not built)
     if not traces:
         raise DataError(
             f"warm start: none of the {len(candidates)} questions with a decomposition gave a trace: the retriever"
@@ -469,6 +462,29 @@ def build_traces(
         )
     by_role = {role: sum(t.role == role for t in traces) for role in ROLES}
     return traces, {"questions": used, "skipped_questions": skipped, "traces_by_role": by_role}
+
+
+def tried_questions(
+    candidates: Sequence[Question],
+    wanted: int,
+    retriever: Retriever,
+    top_k: int,
+    passage_chars: int,
+    policy: RolePolicy,
+    counted: bool = False,
+    follow_ups_below: int = 0,
+) -> Iterator[tuple[Question, list[Trace]]]:
+    """Each question `build_traces` tries, round-robin over benchmarks, with its traces ([] when it gives none),
+    until `wanted` of them gave traces: the questions the warm start trains on are those with traces."""
+    hops = [(q.id, sub, hop) for q in candidates for sub, hop in delegated_hops(q)] if follow_ups_below else []
+    used = 0
+    for question in interleave(candidates):
+        if used == wanted:
+            return
+        after = follow_up(question, hops) if len(delegated_hops(question)) < follow_ups_below else None
+        built = oracle_traces(question, retriever, top_k, passage_chars, policy, counted, after)
+        used += bool(built)
+        yield question, built
 
 
 def warmstart(
