@@ -359,6 +359,11 @@ def test_the_role_swap_benchmark_puts_back_the_start_role_by_role(smoke_run):
     assert all(answers[name] == answers["start"] for name in names if name not in with_conclusion)
     assert all(answers[name] == answers["conclusion"] for name in with_conclusion)
     assert answers["conclusion"] != answers["start"]
+    unmoved = {"difference": 0.0, "low": 0.0, "high": 0.0, "p": 1.0}  # paired over the questions: no question moved
+    assert all(figures["against_start"][name] == unmoved for name in names[1:] if name not in with_conclusion)
+    moved = figures["against_start"]["conclusion"]
+    assert moved["difference"] == pytest.approx(figures["conclusion"]["f1"] - figures["start"]["f1"], abs=1e-4)
+    assert moved["low"] <= moved["difference"] <= moved["high"] and 0 < moved["p"] <= 1
 
 
 def test_the_role_swap_benchmark_plays_the_training_questions_neither_the_warm_start_nor_a_history_drew(smoke_run):
