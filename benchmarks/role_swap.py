@@ -66,7 +66,7 @@ from centralrl.metrics import f1
 from centralrl.retrieval import open_retriever
 from centralrl.retrieval.base import Retriever
 from centralrl.rl.rewards import QUESTION_REWARDS
-from centralrl.rl.warmstart import tried_questions
+from centralrl.rl.warmstart import trace_settings, tried_questions
 from centralrl.schema import Question, read_questions
 from centralrl.stats import paired_difference_ci, paired_permutation_pvalue
 
@@ -87,18 +87,8 @@ def subsets(roles: Sequence[str], single: bool = False) -> list[tuple[str, ...]]
 def unseen_questions(cfg, training: Sequence[Question], retriever: Retriever, policy: RolePolicy, histories) -> list:
     """The training questions (outside the dev split) that the warm start did not trace (`tried_questions`, as the
     stage picks them) and that no history row drew (its `question_rewards`)."""
-    counted, below = cfg.warmstart.plans == "counted", cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0
     candidates = [q for q in training if q.decomposition]
-    traced = tried_questions(
-        candidates,
-        cfg.warmstart.questions,
-        retriever,
-        cfg.retrieval.top_k,
-        cfg.harness.passage_chars,
-        policy,
-        counted,
-        below,
-    )
+    traced = tried_questions(candidates, retriever=retriever, policy=policy, **trace_settings(cfg))
     seen = {q.id for q, built in traced if built} if cfg.warmstart.enabled else set()
     for path in histories:
         for where, row in read_jsonl(path):

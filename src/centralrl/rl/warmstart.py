@@ -487,6 +487,17 @@ def tried_questions(
         yield question, built
 
 
+def trace_settings(cfg: Config) -> dict:
+    """The arguments of `build_traces` and `tried_questions` that params decide, as the warm start stage reads them."""
+    return {
+        "wanted": cfg.warmstart.questions,
+        "top_k": cfg.retrieval.top_k,
+        "passage_chars": cfg.harness.passage_chars,
+        "counted": cfg.warmstart.plans == "counted",
+        "follow_ups_below": cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0,
+    }
+
+
 def warmstart(
     cfg: Config,
     backbone: str,
@@ -510,18 +521,7 @@ def warmstart(
     retriever = open_retriever(cfg.retrieval, index_dir, questions=(questions, str(train_path)))
     model, tokenizer = load_model(cfg, backbone, model_dir)
     policy = RolePolicy(model, tokenizer, {})
-    counted = cfg.warmstart.plans == "counted"
-    follow_ups_below = cfg.harness.max_turns if cfg.warmstart.follow_up_notes else 0
-    traces, selection = build_traces(
-        questions,
-        cfg.warmstart.questions,
-        retriever,
-        cfg.retrieval.top_k,
-        cfg.harness.passage_chars,
-        policy,
-        counted,
-        follow_ups_below,
-    )
+    traces, selection = build_traces(questions, retriever=retriever, policy=policy, **trace_settings(cfg))
     if log and selection["questions"] < cfg.warmstart.questions:
         log(
             f"warm start: {selection['questions']} questions gave traces, fewer than warmstart.questions "
