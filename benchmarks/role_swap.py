@@ -56,6 +56,7 @@ import torch
 from headroom import scores
 
 from centralrl.assembly import run_settings, trained_policy
+from centralrl.compare import paired_rise
 from centralrl.config import CompareConfig, load_config
 from centralrl.data.split import split_dev
 from centralrl.errors import DataError
@@ -68,7 +69,6 @@ from centralrl.retrieval.base import Retriever
 from centralrl.rl.rewards import QUESTION_REWARDS
 from centralrl.rl.warmstart import trace_settings, tried_questions
 from centralrl.schema import Question, read_questions
-from centralrl.stats import paired_difference_ci, paired_permutation_pvalue
 
 
 def subsets(roles: Sequence[str], single: bool = False) -> list[tuple[str, ...]]:
@@ -126,21 +126,18 @@ def measure(
 
 
 def against_start(variants: dict, cfg: CompareConfig) -> dict:
-    """Each variant's F1 minus the start's, paired over the questions: the difference, its bootstrap CI and the
-    sign-flip p (`compare.seed`, `resamples`, `permutations`, `level`), so a difference of a question or two is
+    """Each variant's F1 minus the start's, paired over the questions (`compare.paired_rise`, the replayed rise's
+    statistics): the difference, its bootstrap CI and the sign-flip p, so a difference of a question or two is
     read with its noise."""
     start = variants["start"]["f1_by_question"]
-    ids = sorted(start)
-    before = {"questions": [start[i] for i in ids]}
     figures = {}
     for name, variant in variants.items():
         if name == "start":
             continue
-        after = {"questions": [variant["f1_by_question"][i] for i in ids]}
-        ci = paired_difference_ci(after, before, seed=cfg.seed, resamples=cfg.resamples, level=cfg.level)
-        p = paired_permutation_pvalue(after, before, seed=cfg.seed, permutations=cfg.permutations)
-        figures[name] = {"difference": round(ci.estimate, 4), "low": round(ci.low, 4), "high": round(ci.high, 4)}
-        figures[name]["p"] = round(p, 4)
+        pairs = [(question, 0, start[question], variant["f1_by_question"][question]) for question in sorted(start)]
+        rise = paired_rise(pairs, cfg)
+        figures[name] = {"difference": round(rise["estimate"], 4), "low": round(rise["low"], 4)}
+        figures[name] |= {"high": round(rise["high"], 4), "p": round(rise["p"], 4)}
     return figures
 
 
